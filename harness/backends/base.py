@@ -1,0 +1,69 @@
+"""The backend interface: a kernel under test, wrapped so the harness can drive it.
+
+A backend has a name, declares what it supports, and maps ``Inputs`` to
+``(out, lse)``: out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)``.  A case
+outside its declared support is reported as ``unsupported`` with the reason;
+it is never skipped silently and never counted as a pass.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..cases import DTYPES, MODES, Case
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports.  ``None`` means any value."""
+
+    modes: tuple = MODES
+    dtypes: tuple = DTYPES
+    devices: tuple = ("cpu", "cuda")
+    page_sizes: tuple | None = None
+    heads: tuple | None = None
+    kv_heads: tuple | None = None
+    d_qk: tuple | None = None
+    d_v: tuple | None = None
+    max_draft_tokens: int = 8
+    non_causal: bool = True
+    lse_base: str = "e"                 # "e" or "2"; the harness converts base-2 LSE before comparing
+    empty_row_lse: float = math.inf     # what the backend's LSE holds for a row with no visible key
+
+    def reason_unsupported(self, case: Case, device: str) -> str | None:
+        checks = [
+            ("mode", case.mode, self.modes), ("dtype", case.dtype, self.dtypes),
+            ("device", device, self.devices), ("page_size", case.page_size, self.page_sizes),
+            ("heads", case.heads, self.heads), ("kv_heads", case.kv_heads, self.kv_heads),
+            ("d_qk", case.d_qk, self.d_qk), ("d_v", case.d_v, self.d_v),
+        ]
+        for what, value, allowed in checks:
+            if allowed is not None and value not in allowed:
+                return f"{what} {value} not supported (supports {', '.join(map(str, allowed))})"
+        if case.s_q > self.max_draft_tokens:
+            return f"{case.s_q} query tokens per request; supports at most {self.max_draft_tokens}"
+        if not case.causal and not self.non_causal:
+            return "non-causal attention not supported"
+        return None
+
+    def describe(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+class Backend:
+    """Base class; subclasses set ``name`` and ``capabilities`` and implement ``run``."""
+
+    name = "unnamed"
+    capabilities = Capabilities()
+
+    def unsupported_reason(self, case: Case, device: str) -> str | None:
+        """Why this backend cannot run ``case`` on ``device``, or None if it can."""
+        return self.capabilities.reason_unsupported(case, device)
+
+    def info(self) -> dict:
+        """Package, version and API form, recorded in every result row."""
+        return {"package": "mla-verify", "version": None, "api": self.name}
+
+    def run(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError

@@ -1,0 +1,111 @@
+"""A fast pure-PyTorch paged MLA kernel, written the way split-KV kernels work.
+
+It walks the block table a few pages at a time across the whole batch (like
+flash-decoding's KV splits), computes each split's partial attention in float32,
+and merges the partials by their LSE.  It runs on CPU and GPU, is the fallback
+when no real kernel is available, and is the base the mutants are built on: each
+step is a small method a mutant can override to plant one bug.
+"""
+
+import math
+
+import torch
+
+from reference import dequantize_fp8, is_fp8, merge_attention
+
+from .base import Backend
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    pages_per_split = 8
+    accumulate_dtype = torch.float32
+
+    def info(self):
+        return {"package": "torch", "version": torch.__version__, "api": "split-KV pure PyTorch"}
+
+    # ---- steps a mutant may override ------------------------------------------------
+    def kernel_seqlens(self, inputs) -> torch.Tensor:
+        """The per-request key counts the kernel trusts (FlashMLA's ``cache_seqlens``)."""
+        return inputs.cache_seqlens.long()
+
+    def load_q(self, inputs) -> torch.Tensor:
+        return self.read(inputs.q, inputs.descale_q)
+
+    def read(self, x, descale) -> torch.Tensor:
+        if is_fp8(x.dtype):
+            return dequantize_fp8(x, float(descale.reshape(-1)[0]), torch.float32)
+        return x.float()
+
+    def block_table(self, inputs) -> torch.Tensor:
+        return inputs.block_table.long()
+
+    def gather_pages(self, inputs, table, seq, p0, p1):
+        """Keys of pages ``p0 .. p1`` of every request, ``(b, n, h_kv, d)``, and which are real tokens."""
+        P = inputs.kv_pool.shape[1]
+        pages = torch.arange(p0, p1, device=table.device)
+        n_pages = (seq + P - 1) // P
+        real_page = pages[None, :] < n_pages[:, None]                       # (b, c)
+        ids = torch.where(real_page, table[:, p0:p1], torch.zeros_like(table[:, p0:p1]))
+        kv = inputs.kv_pool[ids]                                           # (b, c, P, h_kv, d)
+        kv = kv.flatten(1, 2)
+        pos = p0 * P + torch.arange(kv.shape[1], device=kv.device)
+        in_seq = pos[None, :] < seq[:, None]
+        return self.read(kv, inputs.descale_k), in_seq, pos
+
+    def visible(self, pos, seq, s_q, causal) -> torch.Tensor:
+        """``(b, s_q, n)``: query token i sees positions ``<= seq - s_q + i`` (bottom-right causal)."""
+        if not causal:
+            return (pos[None, None, :] < seq[:, None, None]).expand(-1, s_q, -1)
+        i = torch.arange(s_q, device=pos.device)
+        last = seq[:, None] - s_q + i[None, :]                              # (b, s_q)
+        return pos[None, None, :] <= last[:, :, None]
+
+    def scores(self, q, keys, scale) -> torch.Tensor:
+        """``(b, h_q, s_q, n)`` logits; query heads share their kv head in groups."""
+        b, s_q, h_q, d = q.shape
+        h_kv = keys.shape[2]
+        qg = q.view(b, s_q, h_kv, h_q // h_kv, d)
+        return torch.einsum("bsgjd,bngd->bgjsn", qg, keys).flatten(1, 2) * scale
+
+    def values(self, keys, d_v) -> torch.Tensor:
+        return keys[..., :d_v]
+
+    def partial(self, scores, mask, values):
+        """One split's attention, normalised over its own keys, and its LSE (+inf if empty)."""
+        b, h_q, s_q, n = scores.shape
+        h_kv = values.shape[2]
+        scores = torch.where(mask[:, None], scores, torch.full_like(scores, -math.inf))
+        lse = torch.logsumexp(scores, dim=-1)
+        empty = torch.isneginf(lse)
+        p = torch.exp(scores - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
+        p = p.view(b, h_kv, h_q // h_kv, s_q, n).to(self.accumulate_dtype)
+        out = torch.einsum("bgjsn,bngd->bsgjd", p, values.to(self.accumulate_dtype)).flatten(2, 3)
+        return out.float(), torch.where(empty, torch.full_like(lse, math.inf), lse)
+
+    def merge(self, out_a, lse_a, out_b, lse_b):
+        # partial outs are (b, s_q, h, d_v) and LSEs (b, h, s_q): align them for the merge
+        out, lse = merge_attention(out_a.transpose(1, 2), lse_a, out_b.transpose(1, 2), lse_b)
+        return out.transpose(1, 2), lse
+
+    def finalize(self, inputs, out, lse):
+        out_dtype = torch.float16 if inputs.case.dtype == "fp16" else torch.bfloat16
+        return out.to(out_dtype), lse.float()
+
+    # ---- the kernel --------------------------------------------------------------------
+    def run(self, inputs):
+        q = self.load_q(inputs)
+        b, s_q, h_q, _ = q.shape
+        d_v = inputs.d_v
+        seq = self.kernel_seqlens(inputs)
+        table = self.block_table(inputs)
+        out = torch.zeros(b, s_q, h_q, d_v, device=q.device)
+        lse = torch.full((b, h_q, s_q), math.inf, device=q.device)
+        for p0 in range(0, table.shape[1], self.pages_per_split):
+            p1 = min(table.shape[1], p0 + self.pages_per_split)
+            keys, in_seq, pos = self.gather_pages(inputs, table, seq, p0, p1)
+            keys = torch.where(in_seq[:, :, None, None], keys, torch.zeros_like(keys))   # no NaN from poison
+            mask = self.visible(pos, seq, s_q, inputs.causal) & in_seq[:, None, :]
+            part = self.partial(self.scores(q, keys, inputs.softmax_scale), mask, self.values(keys, d_v))
+            out, lse = self.merge(out, lse, *part)
+        return self.finalize(inputs, out, lse)

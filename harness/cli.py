@@ -1,0 +1,43 @@
+"""``mla-verify``: the command line.
+
+Every subcommand lives in ``harness/commands/`` with ``add_parser`` and
+``main``.  Bad input of any kind becomes one ``mla-verify: error: ...`` line and
+exit code 2, never a traceback.
+"""
+
+import argparse
+import sys
+
+from .commands import list_cmd, run_cmd
+from .errors import EXIT_BAD_INPUT, InputError
+
+COMMANDS = [run_cmd, list_cmd]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse's own errors: one line, exit 2
+        raise InputError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mla-verify", description="Verify paged MLA decode and target-verify kernels.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except InputError as e:
+        print(f"mla-verify: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("mla-verify: interrupted; rows written so far are in the results file", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per subcommand: each has ``add_parser(subparsers)`` and ``main(args) -> exit code``."""

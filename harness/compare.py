@@ -1,0 +1,125 @@
+"""Compare a backend's out and LSE with the oracle's.
+
+Three checks per tensor, after FlashMLA's kernelkit: NaN and inf positions must
+match exactly; every finite element must be within ``atol + rtol * |expected|``;
+and the cosine difference of the finite parts must stay under its bound.  The
+result carries the worst element (by error over bound), so a failure message
+names where it broke and by how much.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .tolerances import Bound, Tolerance
+
+
+@dataclass
+class TensorCheck:
+    name: str
+    shape: tuple
+    passed: bool
+    failures: list = field(default_factory=list)   # check names that failed: nonfinite, element, cosine
+    nonfinite_mismatches: int = 0
+    first_nonfinite_mismatch: tuple | None = None
+    violations: int = 0                             # elements over the element bound
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    worst_ratio: float = 0.0                        # max over elements of err / (atol + rtol|e|)
+    worst_index: tuple | None = None
+    worst_actual: float | None = None
+    worst_expected: float | None = None
+    cos_diff: float = 0.0
+    rel_l2: float = 0.0
+    bound: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def cos_diff(a: torch.Tensor, e: torch.Tensor) -> float:
+    a, e = a.double(), e.double()
+    denom = (a * a).sum() + (e * e).sum()
+    if float(denom) == 0.0:
+        return 0.0
+    return float(1 - 2 * (a * e).sum() / denom)
+
+
+def _unravel(flat_index: int, shape) -> tuple:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat_index % size)
+        flat_index //= size
+    return tuple(reversed(idx))
+
+
+def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound) -> TensorCheck:
+    """Check one tensor against the oracle's; both are read as float64 on the same device."""
+    if tuple(actual.shape) != tuple(expected.shape):
+        return TensorCheck(name, tuple(expected.shape), False, ["shape"],
+                           bound={"expected_shape": list(expected.shape), "actual_shape": list(actual.shape)})
+    a = actual.to(expected.device).double()
+    e = expected.double()
+    shape = tuple(e.shape)
+    res = TensorCheck(name, shape, True, bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
+
+    same_nan = torch.isnan(a) == torch.isnan(e)
+    same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
+    mismatch = ~(same_nan & same_inf)
+    res.nonfinite_mismatches = int(mismatch.sum())
+    if res.nonfinite_mismatches:
+        res.failures.append("nonfinite")
+        res.first_nonfinite_mismatch = _unravel(int(mismatch.flatten().nonzero()[0]), shape)
+
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    af = torch.where(finite, a, torch.zeros_like(a))
+    ef = torch.where(finite, e, torch.zeros_like(e))
+    err = (af - ef).abs()
+    allowed = bound.atol + bound.rtol * ef.abs()
+    ratio = err / allowed
+    if ratio.numel():
+        flat = int(ratio.flatten().argmax())
+        res.worst_index = _unravel(flat, shape)
+        res.worst_ratio = float(ratio.flatten()[flat])
+        res.worst_actual = float(a.flatten()[flat])
+        res.worst_expected = float(e.flatten()[flat])
+        res.max_abs_err = float(err.max())
+        res.max_rel_err = float((err / ef.abs().clamp(min=1e-30)).max())
+    res.violations = int((ratio > 1).sum())
+    if res.violations:
+        res.failures.append("element")
+    res.cos_diff = cos_diff(af, ef)
+    norm = float(ef.norm())
+    res.rel_l2 = float((af - ef).norm()) / norm if norm else float((af - ef).norm())
+    if res.cos_diff > bound.cos_diff:
+        res.failures.append("cosine")
+    res.passed = not res.failures
+    return res
+
+
+def expected_lse_for(expected_lse: torch.Tensor, empty_row_lse: float) -> torch.Tensor:
+    """The oracle's LSE with empty rows (+inf) set to what the backend declares for them."""
+    return torch.where(torch.isposinf(expected_lse), torch.full_like(expected_lse, empty_row_lse), expected_lse)
+
+
+def compare(out, lse, expected_out, expected_lse, tol: Tolerance) -> list[TensorCheck]:
+    return [check_tensor("out", out, expected_out, tol.out), check_tensor("lse", lse, expected_lse, tol.lse)]
+
+
+def describe_failure(case_id: str, check: TensorCheck) -> str:
+    """One line naming the case, the check, the worst element, its value and the bound."""
+    if "shape" in check.failures:
+        return (f"{case_id}: {check.name} has shape {tuple(check.bound['actual_shape'])}, "
+                f"expected {tuple(check.bound['expected_shape'])}")
+    if "nonfinite" in check.failures:
+        return (f"{case_id}: {check.name}: {check.nonfinite_mismatches} NaN/inf position(s) differ from the "
+                f"reference, first at index {list(check.first_nonfinite_mismatch)}")
+    b = check.bound
+    worst = (f"worst at index {list(check.worst_index)}: got {check.worst_actual:.6g}, "
+             f"expected {check.worst_expected:.6g} (|err| {abs(check.worst_actual - check.worst_expected):.3g} "
+             f"> atol {b['atol']:g} + rtol {b['rtol']:g}·|expected|, {check.worst_ratio:.3g}x the bound)")
+    if "element" in check.failures:
+        return f"{case_id}: {check.name}: {check.violations} element(s) out of bounds; {worst}"
+    return (f"{case_id}: {check.name}: cos diff {check.cos_diff:.3g} > bound {b['cos_diff']:g}; "
+            f"worst at index {list(check.worst_index)}: got {check.worst_actual:.6g}, "
+            f"expected {check.worst_expected:.6g}")

@@ -1,0 +1,12 @@
+"""The one exception type for bad input: a case file, a flag, an impossible shape.
+
+The CLI turns it into a single ``mla-verify: error: ...`` line and exit code 2,
+so every message must name what is wrong and where.
+"""
+
+
+class InputError(Exception):
+    """Bad input from the user; never a bug in mla-verify or in a kernel."""
+
+
+EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT = 0, 1, 2

@@ -1,0 +1,146 @@
+"""Materialise a case: q, the poisoned KV page pool, block table, seq lens, scales.
+
+Everything is drawn from generators seeded by the case's seed, so a case id and
+seed rebuild the same inputs (on the same kind of device: CPU and CUDA
+generators draw different streams).  Lengths and the page layout are always
+drawn on the CPU, so they are the same on every device.
+
+The pool starts as all-poison (NaN), then the engine's writes fill it: first the
+cached prefix, then, for target-verify, the draft tokens (SGLang writes their KV
+with ``set_kv_buffer`` before calling the kernel).  Unused pages, the reserved
+page 0 and the tail of each last page stay NaN, so any read outside a request's
+tokens poisons its output.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from reference import FP8_MAX, quantize_fp8
+
+from . import seqlens
+from .cases import Case
+from .pool import PageLayout, allocate, validate_block_table, validate_req_to_token
+
+TORCH_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+
+
+@dataclass
+class Inputs:
+    """What a backend is called with.  Tensors live on ``device``."""
+
+    case: Case
+    q: torch.Tensor                   # (b, s_q, h_q, d_qk), the kernel's dtype (fp8 for fp8 cases)
+    kv_pool: torch.Tensor             # (num_pages, page_size, h_kv, d_qk), the cache dtype
+    block_table: torch.Tensor         # (b, max_pages) int32
+    cache_seqlens: torch.Tensor       # (b,) int32: seq_lens, plus the draft tokens for verify
+    seq_lens: torch.Tensor            # (b,) int32: SGLang's forward_batch.seq_lens
+    layout: PageLayout                # req_to_token and friends, on the CPU
+    descale_q: torch.Tensor | None    # (1,) float32, fp8 only
+    descale_k: torch.Tensor | None
+    q_model: torch.Tensor | None      # fp8 only: q before quantisation (model dtype)
+    kv_pool_model: torch.Tensor | None  # fp8 only: the pool before quantisation
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def s_q(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.case.softmax_scale
+
+    @property
+    def d_v(self) -> int:
+        return self.case.d_v
+
+    @property
+    def causal(self) -> bool:
+        return self.case.causal
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.descale_k is not None
+
+
+def draw_seq_lens(case: Case) -> list[int]:
+    gen = torch.Generator().manual_seed(case.seed)
+    return seqlens.draw(case.seqlen, case.batch_size, case.page_size, gen)
+
+
+def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
+    """What FlashMLA is given: verify adds the draft tokens (``seq_lens + num_draft_tokens``)."""
+    return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
+
+
+def poisoned(shape, dtype, device) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=torch.float32, device=device).to(dtype)
+
+
+def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first: list[int], last: list[int]):
+    """Scatter tokens ``first[r] .. last[r]`` of each request into their slots (set_kv_buffer)."""
+    flat = pool.view(-1, *pool.shape[2:])
+    starts = torch.cumsum(torch.tensor([0] + layout.cache_seqlens.tolist()), 0)
+    for r in range(len(first)):
+        if last[r] <= first[r]:
+            continue
+        slots = layout.req_to_token[layout.req_pool_indices[r], first[r]:last[r]].long().to(pool.device)
+        base = int(starts[r])
+        flat[slots] = tokens[base + first[r]: base + last[r]]
+
+
+def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:
+    """Build the inputs of one case."""
+    device = torch.device(device)
+    seq_lens = draw_seq_lens(case) if seq_lens is None else seq_lens
+    cache = cache_seqlens_for(case, seq_lens)
+    layout = allocate(cache, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
+                      padding=case.padding)
+    validate_req_to_token(layout)
+    validate_block_table(layout.block_table, layout.cache_seqlens, layout.num_pages, case.page_size)
+
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    b, s_q, h_q, h_kv, d = case.batch_size, case.s_q, case.heads, case.kv_heads, case.d_qk
+    fp8 = case.dtype.startswith("fp8")
+    model_dtype = torch.bfloat16 if fp8 else TORCH_DTYPES[case.dtype]
+    q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).to(model_dtype)
+    tokens = torch.randn(sum(cache), h_kv, d, generator=gen, device=device).to(model_dtype)
+
+    pool_shape = (layout.num_pages, case.page_size, h_kv, d)
+    prefix_end = [n - (s_q if case.mode == "verify" else 0) for n in cache]
+    pool_model = poisoned(pool_shape, model_dtype, device)
+    write_kv(pool_model, layout, tokens, [0] * b, prefix_end)    # the cached prefix
+    write_kv(pool_model, layout, tokens, prefix_end, cache)      # verify: the drafts, written before the call
+
+    descale_q = descale_k = None
+    q_model = kv_model = None
+    kv_pool = pool_model
+    if fp8:
+        fp8_dtype = TORCH_DTYPES[case.dtype]
+        k_scale = case.k_scale
+        if k_scale is None:
+            amax = float(tokens.abs().max()) if tokens.numel() else 1.0
+            k_scale = max(amax, 1e-6) / FP8_MAX[fp8_dtype]
+        kv_pool = poisoned(pool_shape, fp8_dtype, device)
+        qtokens = quantize_fp8(tokens, k_scale, fp8_dtype)
+        write_kv(kv_pool, layout, qtokens, [0] * b, prefix_end)
+        write_kv(kv_pool, layout, qtokens, prefix_end, cache)
+        q_model, kv_model = q, pool_model
+        q = quantize_fp8(q, k_scale, fp8_dtype)   # SGLang: q is quantised with K's scale
+        descale_q = torch.tensor([k_scale], dtype=torch.float32, device=device)
+        descale_k = descale_q.clone()
+
+    return Inputs(
+        case=case, q=q, kv_pool=kv_pool,
+        block_table=layout.block_table.to(device), cache_seqlens=layout.cache_seqlens.to(device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device), layout=layout,
+        descale_q=descale_q, descale_k=descale_k, q_model=q_model, kv_pool_model=kv_model,
+    )

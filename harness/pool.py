@@ -1,0 +1,130 @@
+"""The KV page pool and block tables, built the way SGLang builds them.
+
+SGLang keeps a ``req_to_token`` pool: row ``req_pool_indices[r]`` lists the KV
+slot of every token of request ``r``.  With paged allocation every page holds
+``page_size`` consecutive, page-aligned slots, so FlashMLA's block table entry p
+is ``req_to_token[row, p * page_size] // page_size``
+(``create_flashmla_kv_indices_triton``).  Entries past a request's last page
+are padding: -1 in eager mode, 1 in SGLang's CUDA-graph buffers.
+
+Here a page allocator hands out shuffled, non-contiguous pages (page 0 stays
+reserved, as SGLang reserves slot 0 for padded tokens), fills ``req_to_token``,
+and derives the block table from it.  ``validate_block_table`` is the gate every
+kernel launch goes through: no kernel ever sees a table that is out of range or
+too short for its seq lens.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import InputError
+
+PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1}
+
+
+@dataclass
+class PageLayout:
+    """Where every request's tokens live.  All tensors are int32 on the CPU."""
+
+    page_size: int
+    num_pages: int
+    req_to_token: torch.Tensor       # (max_reqs, max_context) KV slot per token
+    req_pool_indices: torch.Tensor   # (b,) row of req_to_token for request r
+    block_table: torch.Tensor        # (b, max_pages) page ids, padded past the last page
+    cache_seqlens: torch.Tensor      # (b,) tokens in the cache per request
+    used_pages: torch.Tensor         # (num_used,) pages holding some request's tokens
+
+
+def pages_for(n_tokens: int, page_size: int) -> int:
+    return (n_tokens + page_size - 1) // page_size
+
+
+def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
+             padding: str = "minus_one", table_width: int | None = None) -> PageLayout:
+    """Allocate shuffled pages for each request and build ``req_to_token`` and the block table."""
+    if page_size < 1:
+        raise InputError(f"page_size must be at least 1, got {page_size}")
+    if any(n < 0 for n in cache_seqlens):
+        raise InputError(f"negative seq len in {cache_seqlens}")
+    b = len(cache_seqlens)
+    need = [pages_for(n, page_size) for n in cache_seqlens]
+    used = sum(need)
+    num_pages = 1 + used + extra_pages               # page 0 is reserved
+    order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
+    max_ctx = max([n for n in need] + [1]) * page_size
+    max_reqs = b + 2                                  # spare rows, as a real pool has
+    req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32)
+    req_pool_indices = torch.randperm(max_reqs, generator=gen)[:b].to(torch.int32)
+    cursor = 0
+    for r, n in enumerate(cache_seqlens):
+        pages = order[cursor:cursor + need[r]]
+        cursor += need[r]
+        t = torch.arange(n)
+        req_to_token[req_pool_indices[r], :n] = pages[t // page_size] * page_size + t % page_size
+    width = table_width if table_width is not None else max(need + [1])
+    block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
+                                    width, PADDING_VALUES[padding])
+    return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
+                      torch.tensor(cache_seqlens, dtype=torch.int32), order[:used])
+
+
+def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
+    """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it."""
+    b = len(cache_seqlens)
+    table = torch.full((b, width), pad_value, dtype=torch.int32)
+    for r, n in enumerate(cache_seqlens):
+        n_pages = pages_for(int(n), page_size)
+        if n_pages > width:
+            raise InputError(f"request {r}: {n} tokens need {n_pages} pages but the table has {width} columns")
+        starts = torch.arange(n_pages) * page_size
+        table[r, :n_pages] = req_to_token[req_pool_indices[r], starts] // page_size
+    return table
+
+
+def validate_req_to_token(layout: PageLayout):
+    """Every page of every request holds consecutive, page-aligned slots."""
+    P = layout.page_size
+    for r, n in enumerate(layout.cache_seqlens.tolist()):
+        slots = layout.req_to_token[layout.req_pool_indices[r], :n].long()
+        t = torch.arange(n)
+        first = slots[t - t % P]                     # slot of the first token on the same page
+        bad = (slots % P != t % P) | (slots - t % P != first) | (slots // P >= layout.num_pages)
+        if bool(bad.any()):
+            pos = int(bad.nonzero()[0])
+            raise InputError(f"request {r}: token {pos} sits in slot {int(slots[pos])}, which breaks "
+                             f"page alignment (pages must hold {P} consecutive, page-aligned slots)")
+
+
+def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,
+                         num_pages: int, page_size: int):
+    """Refuse a block table a kernel must not be launched on.
+
+    Every entry a request needs must be a page id in ``[0, num_pages)`` and the
+    table must be wide enough for every seq len.  Entries past the last needed
+    page are padding and may hold anything.
+    """
+    if page_size < 1:
+        raise InputError(f"page_size must be at least 1, got {page_size}")
+    if block_table.dim() != 2 or block_table.shape[0] != cache_seqlens.shape[0]:
+        raise InputError(f"block table shape {tuple(block_table.shape)} does not match "
+                         f"{cache_seqlens.shape[0]} requests")
+    if block_table.dtype != torch.int32 or cache_seqlens.dtype != torch.int32:
+        raise InputError(f"block table and seq lens must be int32, got {block_table.dtype} and {cache_seqlens.dtype}")
+    seq = cache_seqlens.cpu().long()
+    if bool((seq < 0).any()):
+        r = int((seq < 0).nonzero()[0])
+        raise InputError(f"request {r}: negative seq len {int(seq[r])}")
+    need = (seq + page_size - 1) // page_size
+    width = block_table.shape[1]
+    if bool((need > width).any()):
+        r = int((need > width).nonzero()[0])
+        raise InputError(f"request {r}: seq len {int(seq[r])} needs {int(need[r])} pages, "
+                         f"the block table has {width} columns")
+    table = block_table.cpu().long()
+    needed = torch.arange(width)[None, :] < need[:, None]
+    out_of_range = needed & ((table < 0) | (table >= num_pages))
+    if bool(out_of_range.any()):
+        r, p = (int(x) for x in out_of_range.nonzero()[0])
+        raise InputError(f"request {r}: block table entry {p} is page {int(table[r, p])}, "
+                         f"outside the pool's {num_pages} pages")

@@ -1,0 +1,15 @@
+"""mla-verify's oracles: slow, readable float64 PyTorch.
+
+This package imports torch and nothing from ``harness``.
+"""
+
+from .attention import gather_tokens, mla_attention_batched, mla_attention_loop, visible_key_count
+from .fp8 import FP8_MAX, dequantize_fp8, is_fp8, quantize_fp8
+from .merge import merge_attention
+from .non_absorbed import absorb_query, attention_non_absorbed, unabsorb_output
+
+__all__ = [
+    "FP8_MAX", "absorb_query", "attention_non_absorbed", "dequantize_fp8", "gather_tokens",
+    "is_fp8", "merge_attention", "mla_attention_batched", "mla_attention_loop",
+    "quantize_fp8", "unabsorb_output", "visible_key_count",
+]
