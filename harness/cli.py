@@ -6,12 +6,18 @@ exit code 2, never a traceback.
 """
 
 import argparse
+import importlib
+import pkgutil
 import sys
 
-from .commands import list_cmd, run_cmd
+from . import commands
 from .errors import EXIT_BAD_INPUT, InputError
 
-COMMANDS = [run_cmd, list_cmd]
+
+def _commands():
+    """Every module in harness/commands, in name order (a new subcommand needs no edit here)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if m.name.endswith("_cmd"))
+    return [importlib.import_module(f"{commands.__name__}.{n}") for n in names]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mla-verify", description="Verify paged MLA decode and target-verify kernels.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in COMMANDS:
+    for command in _commands():
         command.add_parser(sub)
     return parser
 

@@ -52,7 +52,8 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     except InputError:
         raise
     except Exception as e:   # the kernel (or its adapter) raised: record it, carry on
-        outcome = {"status": "error", "reason": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
+        outcome = {"status": "error", "reason": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                   "failed_checks": ["raised"]}
     row.update(outcome)
     row["wall_s"] = time.perf_counter() - started
     return row

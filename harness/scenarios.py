@@ -61,6 +61,7 @@ def call(case, backend, device) -> dict:
     outcome = {
         "status": "fail" if failed else "pass",
         "reason": "; ".join(f"{c.name}: {'/'.join(c.failures)}" for c in failed) or None,
+        "failed_checks": [f"{c.name}.{f}" for c in failed for f in c.failures],
         "metrics": {name: c.to_dict() for name, c in checks.items()},
         "seq_lens": inputs.seq_lens.cpu().tolist(),
         "cache_seqlens": inputs.cache_seqlens.cpu().tolist(),
