@@ -1,0 +1,77 @@
+"""Probe what the installed FlashMLA accepts: kv heads, head counts, fp16, fp8 q dtype, empty rows.
+
+Run on a GPU box: python scripts/probe_flashmla.py.  Prints one line per probe; the
+findings set FlashMLABackend.capabilities (docs/gpu-runs.md records a run).
+"""
+
+import dataclasses
+
+import torch
+
+from harness.backends.flashmla import FlashMLABackend
+from harness.cases import Case
+from harness.compare import check_tensor
+from harness.inputs import generate
+from harness.oracle import expected
+from harness.tolerances import tolerance_for
+
+
+def probe(backend, label, **fields):
+    case = Case(id=f"probe/{label}/0", seed=7, **fields)
+    try:
+        inputs = generate(case, "cuda")
+        out, lse = backend.run(inputs)
+        torch.cuda.synchronize()
+        eo, el = expected(inputs)
+        tol = tolerance_for(case.dtype if case.dtype in ("bf16", "fp16", "fp8_e4m3") else "fp8_e4m3")
+        co, cl = check_tensor("out", out, eo, tol.out), check_tensor("lse", lse, el, tol.lse)
+        print(f"{label:<28} ran  out {co.passed} cos {co.cos_diff:.2e} ratio {co.worst_ratio:.3f} "
+              f"| lse {cl.passed} ratio {cl.worst_ratio:.3f} | out dtype {out.dtype} lse {tuple(lse.shape)}")
+    except Exception as e:
+        print(f"{label:<28} FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        torch.cuda.synchronize()
+
+
+def main():
+    b = FlashMLABackend()
+    print(b.availability(), b.info())
+    base = dict(batch_size=4, heads=16, seqlen="uniform:1:300")
+    probe(b, "decode h16", **base)
+    for h in (1, 3, 9, 63, 64, 126, 128):
+        probe(b, f"decode h{h}", **{**base, "heads": h})
+    for hkv in (2, 3, 8):
+        probe(b, f"decode h24 hkv{hkv}", **{**base, "heads": 24, "kv_heads": hkv})
+    probe(b, "verify s_q 8 h128", **{**base, "mode": "verify", "draft_tokens": 8, "heads": 128})
+    probe(b, "verify noncausal s_q 4", **{**base, "mode": "verify", "draft_tokens": 4, "causal": False})
+    probe(b, "fp16", **{**base, "dtype": "fp16"})
+    probe(b, "fp8 e4m3", **{**base, "dtype": "fp8_e4m3"})
+    probe(b, "fp8 e4m3 verify 4", **{**base, "dtype": "fp8_e4m3", "mode": "verify", "draft_tokens": 4})
+    probe(b, "empty rows", **{**base, "seqlen": "list:0,5,0,130"})
+    probe(b, "all empty", **{**base, "seqlen": "list:0"})
+    probe(b, "page 32", **{**base, "page_size": 32})
+    probe(b, "long 32k h128", **{**base, "batch_size": 2, "heads": 128, "seqlen": "equal:32768"})
+    # fp8 with a bf16 q: does the kernel quantise itself or refuse?
+    case = Case(id="probe/fp8-bf16q/0", seed=3, **{**base, "dtype": "fp8_e4m3"})
+    inputs = generate(case, "cuda")
+    try:
+        out, lse = b.run(dataclasses.replace(inputs, q=inputs.q_model))
+        torch.cuda.synchronize()
+        print("fp8 with bf16 q               ran (kernel accepts bf16 q)")
+    except Exception as e:
+        print(f"fp8 with bf16 q               FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    # e5m2 bytes fed as the seed would (reinterpreted as e4m3)
+    case = Case(id="probe/e5m2/0", seed=3, **{**base, "dtype": "fp8_e5m2"})
+    inputs = generate(case, "cuda")
+    try:
+        fake = dataclasses.replace(inputs, kv_pool=inputs.kv_pool.view(torch.float8_e4m3fn),
+                                   q=inputs.q.view(torch.float8_e4m3fn))
+        out, lse = b.run(fake)
+        eo, _ = expected(inputs)
+        co = check_tensor("out", out, eo, tolerance_for("fp8_e5m2").out)
+        print(f"e5m2 bytes as e4m3           ran, matches e5m2 reference: {co.passed} (cos {co.cos_diff:.3g})")
+    except Exception as e:
+        print(f"e5m2 bytes as e4m3           FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+
+if __name__ == "__main__":
+    main()
