@@ -39,6 +39,7 @@ class Case:
     draft_tokens: int = 1
     dtype: str = "bf16"
     seqlen: str = "uniform:1:512"
+    seqlen_is_cache: bool = False      # the draw is the kernel's cache_seqlens (FlashMLA's tests), not the prefix
     page_size: int = 64
     padding: str = "minus_one"
     causal: bool = True
@@ -231,8 +232,16 @@ def _expand_group(suite: str, suite_seed: int, group: dict, where: str) -> list[
     out = []
     keys = list(axes)
     index = 0
+    seen = set()
     for combo in itertools.product(*(axes[k] for k in keys)):
         values = {**fixed, **{k: _coerce(k, v, where) for k, v in zip(keys, combo)}}
+        if "mode" in axes and values.get("mode") == "decode":
+            # mode = ["decode", "verify"] with draft tokens: decode has one query token, once
+            values["draft_tokens"] = 1
+            key = tuple(sorted((k, str(v)) for k, v in values.items()))
+            if key in seen:
+                continue
+            seen.add(key)
         for _ in range(draws):
             case_id = f"{suite}/{group['name']}/{index}"
             case = Case(id=case_id, seed=case_seed(case_id, seed), **values)

@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:      # `mla-verify list | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("mla-verify: interrupted; rows written so far are in the results file", file=sys.stderr)
         return 130

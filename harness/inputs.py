@@ -20,7 +20,7 @@ from reference import FP8_MAX, quantize_fp8
 
 from . import seqlens
 from .cases import Case
-from .pool import PageLayout, allocate, validate_block_table, validate_req_to_token
+from .pool import PageLayout, allocate, token_index, validate_block_table, validate_req_to_token
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -72,8 +72,13 @@ class Inputs:
 
 
 def draw_seq_lens(case: Case) -> list[int]:
+    """SGLang's ``seq_lens`` (the prefix, for verify) of each request."""
     gen = torch.Generator().manual_seed(case.seed)
-    return seqlens.draw(case.seqlen, case.batch_size, case.page_size, gen)
+    drawn = seqlens.draw(case.seqlen, case.batch_size, case.page_size, gen)
+    if case.seqlen_is_cache and case.mode == "verify":
+        # FlashMLA's own test draws cache lengths and keeps them >= s_q; the prefix is what is left
+        return [max(n, case.s_q) - case.s_q for n in drawn]
+    return drawn
 
 
 def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
@@ -86,15 +91,21 @@ def poisoned(shape, dtype, device) -> torch.Tensor:
 
 
 def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first: list[int], last: list[int]):
-    """Scatter tokens ``first[r] .. last[r]`` of each request into their slots (set_kv_buffer)."""
+    """Scatter tokens ``first[r] .. last[r]`` of each request into their slots (set_kv_buffer).
+
+    ``tokens`` holds every request's tokens back to back (request r starts at the
+    sum of the earlier requests' ``layout.cache_seqlens``).
+    """
+    first_t = torch.tensor(first, dtype=torch.long)
+    count = (torch.tensor(last, dtype=torch.long) - first_t).clamp(min=0)
+    request, i = token_index(count)
+    if not len(request):
+        return
+    t = first_t[request] + i                                      # position in its request
+    starts = torch.cumsum(layout.cache_seqlens.long(), 0) - layout.cache_seqlens.long()
+    slots = layout.req_to_token[layout.req_pool_indices.long()[request], t].long()
     flat = pool.view(-1, *pool.shape[2:])
-    starts = torch.cumsum(torch.tensor([0] + layout.cache_seqlens.tolist()), 0)
-    for r in range(len(first)):
-        if last[r] <= first[r]:
-            continue
-        slots = layout.req_to_token[layout.req_pool_indices[r], first[r]:last[r]].long().to(pool.device)
-        base = int(starts[r])
-        flat[slots] = tokens[base + first[r]: base + last[r]]
+    flat[slots.to(pool.device)] = tokens[(starts[request] + t).to(tokens.device)]
 
 
 def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:

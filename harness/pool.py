@@ -40,6 +40,14 @@ def pages_for(n_tokens: int, page_size: int) -> int:
     return (n_tokens + page_size - 1) // page_size
 
 
+def token_index(lengths: torch.Tensor):
+    """For requests of these lengths: each token's request and its position in the request."""
+    lengths = lengths.long()
+    request = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    return request, torch.arange(int(lengths.sum())) - starts[request]
+
+
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
              padding: str = "minus_one", table_width: int | None = None) -> PageLayout:
     """Allocate shuffled pages for each request and build ``req_to_token`` and the block table."""
@@ -48,52 +56,68 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     if any(n < 0 for n in cache_seqlens):
         raise InputError(f"negative seq len in {cache_seqlens}")
     b = len(cache_seqlens)
-    need = [pages_for(n, page_size) for n in cache_seqlens]
-    used = sum(need)
+    lengths = torch.tensor(cache_seqlens, dtype=torch.long)
+    need = (lengths + page_size - 1) // page_size
+    used = int(need.sum())
     num_pages = 1 + used + extra_pages               # page 0 is reserved
     order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
-    max_ctx = max([n for n in need] + [1]) * page_size
+    max_ctx = max(int(need.max()) if b else 0, 1) * page_size
     max_reqs = b + 2                                  # spare rows, as a real pool has
     req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32)
     req_pool_indices = torch.randperm(max_reqs, generator=gen)[:b].to(torch.int32)
-    cursor = 0
-    for r, n in enumerate(cache_seqlens):
-        pages = order[cursor:cursor + need[r]]
-        cursor += need[r]
-        t = torch.arange(n)
-        req_to_token[req_pool_indices[r], :n] = pages[t // page_size] * page_size + t % page_size
-    width = table_width if table_width is not None else max(need + [1])
+    first_page = torch.cumsum(need, 0) - need        # request r owns order[first_page[r] : + need[r]]
+    request, t = token_index(lengths)
+    pages = order[first_page[request] + t // page_size]
+    req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)
+    width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
                                     width, PADDING_VALUES[padding])
     return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
-                      torch.tensor(cache_seqlens, dtype=torch.int32), order[:used])
+                      lengths.to(torch.int32), order[:used])
 
 
 def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
     """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it."""
-    b = len(cache_seqlens)
-    table = torch.full((b, width), pad_value, dtype=torch.int32)
-    for r, n in enumerate(cache_seqlens):
-        n_pages = pages_for(int(n), page_size)
-        if n_pages > width:
-            raise InputError(f"request {r}: {n} tokens need {n_pages} pages but the table has {width} columns")
-        starts = torch.arange(n_pages) * page_size
-        table[r, :n_pages] = req_to_token[req_pool_indices[r], starts] // page_size
+    lengths = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1)
+    need = (lengths + page_size - 1) // page_size
+    if len(need) and int(need.max()) > width:
+        r = int(need.argmax())
+        raise InputError(f"request {r}: {int(lengths[r])} tokens need {int(need[r])} pages "
+                         f"but the table has {width} columns")
+    table = torch.full((len(lengths), width), pad_value, dtype=torch.int32)
+    request, p = token_index(need)
+    rows = req_pool_indices.long()[request]
+    table[request, p] = (req_to_token[rows, p * page_size] // page_size).to(torch.int32)
     return table
 
 
 def validate_req_to_token(layout: PageLayout):
     """Every page of every request holds consecutive, page-aligned slots."""
     P = layout.page_size
-    for r, n in enumerate(layout.cache_seqlens.tolist()):
-        slots = layout.req_to_token[layout.req_pool_indices[r], :n].long()
-        t = torch.arange(n)
-        first = slots[t - t % P]                     # slot of the first token on the same page
-        bad = (slots % P != t % P) | (slots - t % P != first) | (slots // P >= layout.num_pages)
-        if bool(bad.any()):
-            pos = int(bad.nonzero()[0])
-            raise InputError(f"request {r}: token {pos} sits in slot {int(slots[pos])}, which breaks "
-                             f"page alignment (pages must hold {P} consecutive, page-aligned slots)")
+    rows, width = layout.req_to_token.shape
+    seq, pool_rows = layout.cache_seqlens.long(), layout.req_pool_indices.long()
+    for r in range(len(seq)):    # shape checks first, so a bad layout is an InputError, not an IndexError
+        if seq[r] < 0:
+            raise InputError(f"request {r}: negative seq len {int(seq[r])}")
+        if seq[r] > width:
+            raise InputError(f"request {r}: seq len {int(seq[r])} but req_to_token has only {width} columns")
+        if not 0 <= pool_rows[r] < rows:
+            raise InputError(f"request {r}: req_pool_indices entry {int(pool_rows[r])} is outside "
+                             f"req_to_token's {rows} rows")
+    request, t = token_index(seq)
+    slots = layout.req_to_token[pool_rows[request], t].long()
+    outside = (slots < 0) | (slots // P >= layout.num_pages)
+    if bool(outside.any()):
+        i = int(outside.nonzero()[0])
+        raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, outside "
+                         f"the pool's {layout.num_pages} pages of {P} slots")
+    start_of_page = torch.arange(len(t)) - t % P          # flat index of the first token on the same page
+    first = slots[start_of_page] if len(t) else slots
+    bad = (slots % P != t % P) | (slots - t % P != first)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, which "
+                         f"breaks page alignment (pages must hold {P} consecutive, page-aligned slots)")
 
 
 def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,

@@ -76,22 +76,52 @@ class RunSummary:
         return len(self.rows) / self.seconds if self.seconds > 0 else math.inf
 
 
+def crash_row_factory(backend, backend_spec: str, device: str):
+    def crash_row(case, status, reason):
+        return {**base_row(case, backend, backend_spec, device), "status": status, "reason": reason,
+                "failed_checks": [status]}
+    return crash_row
+
+
 def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
-              skip_ids: set | None = None, progress: bool = True) -> RunSummary:
+              skip_ids: set | None = None, progress: bool = True, workers: int = 0,
+              timeout_s: float = 300.0) -> RunSummary:
+    """Run cases and write each row as it finishes.
+
+    ``workers == 0`` runs in this process; otherwise kernels run in that many
+    worker processes (``isolation.py``), so a crash or hang costs one case.
+    Cases the backend does not support are recorded here without a worker.
+    """
     from tqdm import tqdm
 
     skip_ids = skip_ids or set()
     todo = [c for c in cases if c.id not in skip_ids]
     summary = RunSummary()
     started = time.perf_counter()
-    bar = tqdm(todo, desc=f"{backend.name}", unit="case", disable=not progress, dynamic_ncols=True,
-               mininterval=0.5)
-    for case in bar:
-        row = run_case(case, backend, backend_spec, device)
+    bar = tqdm(total=len(todo), desc=f"{backend.name}", unit="case", disable=not progress,
+               dynamic_ncols=True, mininterval=0.5)
+
+    def record(row):
         writer.write(row)
         summary.rows.append(row)
-        failed = summary.count("fail") + summary.count("error") + summary.count("crash") + summary.count("timeout")
-        bar.set_postfix_str(f"fail {failed}", refresh=False)
+        bad = sum(r["status"] not in ("pass", "unsupported") for r in summary.rows)
+        bar.set_postfix_str(f"not passed {bad}", refresh=False)
+        bar.update(1)
+
+    runnable = []
+    for case in todo:
+        reason = backend.unsupported_reason(case, device)
+        if reason is not None:
+            record({**base_row(case, backend, backend_spec, device), "status": "unsupported", "reason": reason})
+        else:
+            runnable.append(case)
+    if workers:
+        from .isolation import run_isolated
+        run_isolated(runnable, backend_spec, device, record, crash_row_factory(backend, backend_spec, device),
+                     workers=workers, timeout_s=timeout_s)
+    else:
+        for case in runnable:
+            record(run_case(case, backend, backend_spec, device))
     bar.close()
     summary.seconds = time.perf_counter() - started
     return summary

@@ -29,6 +29,11 @@ def print_summary(summary, results_path, out=sys.stdout, max_messages=20):
             shown += 1
     if shown > max_messages:
         print(f"... and {shown - max_messages} more failure line(s) in {results_path}", file=out)
+    warned = [w for r in rows for w in r.get("warnings") or []]
+    for line in warned[:5]:
+        print(f"warning (not gating) {line}", file=out)
+    if len(warned) > 5:
+        print(f"... and {len(warned) - 5} more warning(s) in {results_path}", file=out)
     unsupported = Counter(r.get("reason") for r in rows if r["status"] == "unsupported")
     for reason, n in unsupported.most_common(5):
         print(f"unsupported ({n}): {reason}", file=out)

@@ -25,12 +25,19 @@ measured out rel L2 2.1e-2 and cos diff 2.2e-4 on the H200).  The bounds give
 4.5x over that cosine and ~2x over the worst element seen.
 
 fp8 end to end (against the unquantised bf16 inputs) adds the quantisation of q
-and KV themselves, 2^-4 relative per element: looser still, and reported beside
-the kernel error rather than gating on it alone.
+and KV themselves, 2^-4 relative per element.  That error belongs to the
+engine's choice of k_scale, not to the kernel, so it is recorded beside the
+kernel error as a warning and never gates.  Its bounds are a rough model: a
+logit moves by about softmax_scale * sqrt(d) * 2^-4 / sqrt(3) ~ 0.1 for unit-
+variance q and KV at d = 576, and the output by a similar fraction of |V|.
 
 LSE is float32 in every kernel: a sum of exponentials accumulated in float32,
-log taken in float32.  ~1e-6 relative for bf16/fp16; the fp8 kernel computes
-the same logits from the same dequantised values, so its LSE is as tight.
+log taken in float32, ~1e-6 relative for bf16/fp16.  FlashMLA's fp8 kernel sums
+the fp8-rounded P (so numerator and denominator agree): each weight carries up
+to 2^-4 relative error, so the row sum, hence LSE, moves by up to 2^-4 = 0.0625
+absolute in the worst case and by its random-walk average in practice.  First
+H200 probe: worst 3.8e-3 absolute.  atol 1.5e-2 is 4x that and 1/4 the
+worst-case bound.
 """
 
 from dataclasses import dataclass
@@ -58,10 +65,10 @@ TOLERANCES = {
                       lse=Bound(atol=1e-4, rtol=1e-5, cos_diff=1e-9),
                       rationale="fp16 has 3 more mantissa bits than bf16: bounds /5 to /10"),
     "fp8_e4m3": Tolerance(out=Bound(atol=5e-2, rtol=1e-1, cos_diff=1e-3),
-                          lse=Bound(atol=1e-3, rtol=1e-4, cos_diff=1e-8),
+                          lse=Bound(atol=1.5e-2, rtol=0.0, cos_diff=1e-6),
                           rationale="P rounded to fp8 (2^-4): measured cos 2.2e-4 on H200, 4.5x margin"),
     "fp8_e5m2": Tolerance(out=Bound(atol=5e-2, rtol=1e-1, cos_diff=1e-3),
-                          lse=Bound(atol=1e-3, rtol=1e-4, cos_diff=1e-8),
+                          lse=Bound(atol=1.5e-2, rtol=0.0, cos_diff=1e-6),
                           rationale="as e4m3: the oracle reads the same e5m2 values"),
 }
 

@@ -50,6 +50,9 @@ class TensorMetadataAPI:
     def buffers(self, meta):
         return meta
 
+    def from_buffers(self, tile, splits):
+        return [tile, splits]
+
     def call(self, q, k_cache, block_table, cache_seqlens, d_v, meta, scale, causal, descale_q, descale_k):
         kwargs = {}
         if descale_q is not None:
@@ -78,6 +81,11 @@ class SchedMetaAPI:
     def buffers(self, meta):
         return [meta.tile_scheduler_metadata, meta.num_splits]
 
+    def from_buffers(self, tile, splits):
+        sched, _ = self.m.get_mla_metadata()
+        sched.tile_scheduler_metadata, sched.num_splits = tile, splits
+        return sched
+
     def call(self, q, k_cache, block_table, cache_seqlens, d_v, meta, scale, causal, descale_q, descale_k):
         kwargs = {}
         if descale_q is not None:
@@ -101,8 +109,10 @@ def find_api():
 class FlashMLABackend(Backend):
     name = "flashmla"
     capabilities = Capabilities(
-        modes=("decode", "verify"), dtypes=("bf16", "fp8_e4m3"), devices=("cuda",),
-        page_sizes=(PAGE_SIZE,), d_qk=(576,), d_v=(512,), kv_heads=(1,), max_draft_tokens=8,
+        # fp16 and kv_heads > 1 run on the H200 (scripts/probe_flashmla.py, docs/gpu-runs.md);
+        # page size 32 is refused by the kernel ("page_block_size must be 64").
+        modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3"), devices=("cuda",),
+        page_sizes=(PAGE_SIZE,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,
         lse_base="e", empty_row_lse=float("inf"),
     )
 
@@ -128,8 +138,9 @@ class FlashMLABackend(Backend):
         if case.dtype == "fp8_e5m2":
             return ("FlashMLA's fp8 path reads e4m3 only; SGLang's seed also counts e5m2 as fp8 and would "
                     "feed it e5m2 bytes (deepseek-ai/FlashMLA#56)")
-        if torch.cuda.get_device_capability()[0] < 9:
-            return f"FlashMLA needs SM90 or newer, this GPU is SM{''.join(map(str, torch.cuda.get_device_capability()))}"
+        major, minor = torch.cuda.get_device_capability()
+        if major < 9:
+            return f"FlashMLA needs SM90 or newer, this GPU is SM{major}{minor}"
         return super().unsupported_reason(case, device)
 
     def info(self):
@@ -151,3 +162,7 @@ class FlashMLABackend(Backend):
 
     def run(self, inputs):
         return self.call(inputs, self.metadata_for(inputs))
+
+    def graph_session(self, max_bs, max_context_len, inputs):
+        from .flashmla_graph import FlashMLAGraphSession
+        return FlashMLAGraphSession(self, max_bs, max_context_len, inputs)

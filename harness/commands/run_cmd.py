@@ -21,6 +21,10 @@ def add_parser(sub):
     p.add_argument("--out", help="results file (JSONL); default reports/results-<time>.jsonl")
     p.add_argument("--resume", metavar="FILE", help="append to FILE, skipping cases it already records")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes that run the kernel (default 1); 0 runs in this process, "
+                        "without crash isolation")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -40,6 +44,10 @@ def main(args) -> int:
         import torch
         if not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA device is available here")
+    if args.workers < 0:
+        raise InputError(f"--workers must be 0 or more, got {args.workers}")
+    if not args.timeout > 0:
+        raise InputError(f"--timeout must be positive, got {args.timeout}")
     backend = load_backend(args.backend)
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
@@ -52,6 +60,7 @@ def main(args) -> int:
               f"{', '.join(s.name for s in suites)} on backend {backend.name} ({device}); results -> {path}",
               file=sys.stderr)
         summary = run_cases(cases, backend, args.backend, device, writer, skip_ids=done,
-                            progress=not args.no_progress and sys.stderr.isatty())
+                            progress=not args.no_progress and sys.stderr.isatty(),
+                            workers=args.workers, timeout_s=args.timeout)
     print_summary(summary, path)
     return EXIT_OK if summary.ok else EXIT_FAILURES

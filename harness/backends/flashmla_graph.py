@@ -1,0 +1,104 @@
+"""SGLang's CUDA-graph path for FlashMLA, reproduced step by step.
+
+- ``init_cuda_graph_state``: a block-table buffer of ``max_bs`` rows and
+  ``(max_context_len + 64) // 64`` columns filled with **1**, and metadata
+  computed from ``torch.ones(max_bs)`` seq lens.
+- capture (``init_forward_metadata_capture_cuda_graph``): rows get seq len 1 (the
+  fill value), the table is written from ``req_to_token``, fresh metadata is
+  copied into the buffers, and the kernel is captured on views
+  ``table[:bs, :max_seqlen_pad]`` and ``num_splits[:bs + 1]``.
+- replay (``init_forward_metadata_replay_cuda_graph``): the table rows are
+  rewritten for the new seq lens (entries past them keep whatever earlier steps
+  left), fresh metadata is copied into the *same* buffers, and the graph replays.
+
+The q buffer holds the model dtype; fp8 quantisation of q with K's scale happens
+inside the graph, as ``scaled_fp8_quant`` does in the seed's forward.
+"""
+
+import torch
+
+from reference import quantize_fp8
+
+from .flashmla import PAGE_SIZE
+
+
+class FlashMLAGraphSession:
+    SEQ_LEN_FILL = 1   # get_cuda_graph_seq_len_fill_value
+
+    def __init__(self, backend, max_bs, max_context_len, inputs):
+        self.backend, self.api = backend, backend.api
+        self.template = inputs
+        dev = inputs.device
+        self.s_q, self.h_q, self.h_kv = inputs.s_q, inputs.q.shape[2], inputs.kv_pool.shape[2]
+        self.fp8 = inputs.is_fp8
+        self.max_bs = max_bs
+        self.table = torch.full((max_bs, (max_context_len + PAGE_SIZE) // PAGE_SIZE), 1, dtype=torch.int32,
+                                device=dev)
+        meta = self.api.metadata(torch.ones(max_bs, dtype=torch.int32, device=dev), self.q_tokens, self.h_kv,
+                                 self.fp8)
+        self.tile, self.splits = self.api.buffers(meta)
+        model_dtype = inputs.q.dtype if not self.fp8 else inputs.q_model.dtype
+        self.q_buf = torch.zeros(max_bs, self.s_q, self.h_q, inputs.q.shape[3], dtype=model_dtype, device=dev)
+        self.seq_buf = torch.full((max_bs,), self.SEQ_LEN_FILL, dtype=torch.int32, device=dev)
+        self.graph = None
+
+    @property
+    def q_tokens(self) -> int:
+        return self.s_q * self.h_q // self.h_kv
+
+    def addresses(self) -> dict:
+        return {"tile_scheduler_metadata": self.tile.data_ptr(), "num_splits": self.splits.data_ptr(),
+                "block_table": self.table.data_ptr()}
+
+    def write_table(self, rows_pages: list[torch.Tensor]):
+        """create_flashmla_kv_indices into the buffer: only each row's needed entries are written."""
+        for r, pages in enumerate(rows_pages):
+            self.table[r, :len(pages)] = pages.to(self.table.device)
+
+    def refresh_metadata(self, bs: int):
+        cache = self.cache_seqlens(bs)
+        fresh = self.api.buffers(self.api.metadata(cache, self.q_tokens, self.h_kv, self.fp8))
+        self.tile.copy_(fresh[0])
+        self.splits[: bs + 1].copy_(fresh[1])
+
+    def cache_seqlens(self, bs: int) -> torch.Tensor:
+        seq = self.seq_buf[:bs]
+        return seq + self.s_q if self.template.case.mode == "verify" else seq
+
+    def forward(self, bs: int, width: int):
+        q = self.q_buf[:bs]
+        if self.fp8:
+            q = quantize_fp8(q, float(self.template.descale_k[0]), self.template.kv_pool.dtype)
+        meta = self.api.from_buffers(self.tile, self.splits[: bs + 1])
+        return self.api.call(q, self.template.kv_pool, self.table[:bs, :width], self.cache_seqlens(bs),
+                             self.template.d_v, meta, self.template.softmax_scale, True,
+                             self.template.descale_q, self.template.descale_k)
+
+    def capture(self, bs: int, rows_pages):
+        self.seq_buf[:bs].fill_(self.SEQ_LEN_FILL)
+        self.write_table(rows_pages)
+        self.refresh_metadata(bs)
+        width = max(1, (self.SEQ_LEN_FILL + self.s_q + PAGE_SIZE - 1) // PAGE_SIZE)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self.forward(bs, width)             # warm-up outside the graph
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out, self.lse = self.forward(bs, width)
+        self.bs = bs
+
+    def replay(self, q_real: torch.Tensor, seq_lens_padded: torch.Tensor, rows_pages):
+        """One decode step: real rows' q, all rows' seq lens (padding rows = fill value)."""
+        n = q_real.shape[0]
+        self.q_buf[:n].copy_(q_real)
+        self.seq_buf[: self.bs].copy_(seq_lens_padded)
+        self.write_table(rows_pages)
+        self.refresh_metadata(self.bs)
+        self.graph.replay()
+        return self.out, self.lse
+
+    def eager_same_buffers(self, width: int):
+        """The same padded batch, eagerly, from the same buffers (must equal the replay bit for bit)."""
+        return self.forward(self.bs, width)

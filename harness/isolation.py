@@ -1,0 +1,155 @@
+"""Crash isolation: kernels run in worker processes, the parent keeps the results.
+
+An illegal memory access, an abort or a hang in one case must not end the
+suite.  Each worker loads the backend once and runs cases sent over a pipe; the
+parent writes every row as it arrives.  A worker that dies is recorded as
+``crash`` for its case, one that overruns the timeout is killed and recorded
+as ``timeout``, and a fresh worker carries on.  A CUDA error is sticky (the
+context is unusable afterwards), so a worker that hits one reports the case as
+``crash`` and exits to be replaced.
+"""
+
+import multiprocessing as mp
+import signal
+import time
+from multiprocessing.connection import wait
+
+from .errors import InputError
+
+STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
+               "unspecified launch failure")
+
+
+def _worker_main(conn, backend_spec, device):
+    from .backends import load_backend
+    from .runner import run_case
+    signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    try:
+        backend = load_backend(backend_spec)
+    except InputError as e:
+        conn.send(("bad_input", str(e)))
+        return
+    conn.send(("ready", None))
+    while True:
+        case = conn.recv()
+        if case is None:
+            return
+        try:
+            row = run_case(case, backend, backend_spec, device)
+        except InputError as e:
+            conn.send(("bad_input", str(e)))
+            return
+        sticky = row["status"] == "error" and any(s in (row.get("reason") or "") for s in STICKY_CUDA)
+        if sticky:
+            row = {**row, "status": "crash", "reason": f"CUDA context lost: {row['reason']}"}
+        conn.send(("row", row))
+        if sticky:
+            return
+
+
+class Worker:
+    def __init__(self, ctx, backend_spec, device):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device), daemon=True)
+        self.proc.start()
+        child.close()
+        self.case = None
+        self.deadline = None
+        self.ready = False
+
+    def send(self, case, timeout_s):
+        self.case, self.deadline = case, time.monotonic() + timeout_s
+        self.conn.send(case)
+
+    def stop(self, kill=False):
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def _death_reason(proc) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"worker killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+def run_isolated(cases, backend_spec, device, on_row, crash_row, workers=1, timeout_s=300.0,
+                 startup_timeout_s=300.0):
+    """Run ``cases`` in ``workers`` processes; ``on_row(row)`` gets every row, in completion order.
+
+    ``crash_row(case, status, reason)`` builds the row of a case whose worker died or hung.
+    """
+    ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
+    todo = list(cases)[::-1]
+    pool = [Worker(ctx, backend_spec, device) for _ in range(min(workers, len(todo)) or 0)]
+    for w in pool:
+        w.deadline = time.monotonic() + startup_timeout_s
+    try:
+        while pool:
+            for w in list(pool):
+                if w.ready and w.case is None:
+                    if todo:
+                        w.send(todo.pop(), timeout_s)
+                    else:
+                        w.stop()
+                        pool.remove(w)
+            if not pool:
+                break
+            ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
+            now = time.monotonic()
+            for w in list(pool):
+                replace = False
+                if w.conn in ready:
+                    try:
+                        kind, payload = w.conn.recv()
+                    except (EOFError, OSError):
+                        kind, payload = "died", None
+                    if kind == "ready":
+                        w.ready, w.deadline = True, None
+                    elif kind == "row":
+                        on_row(payload)
+                        w.case = None
+                        replace = payload["status"] == "crash"
+                    elif kind == "bad_input":
+                        raise InputError(payload)
+                    if kind == "died":
+                        replace = True
+                        if w.case is not None:
+                            w.proc.join(timeout=5)
+                            on_row(crash_row(w.case, "crash", _death_reason(w.proc)))
+                elif w.proc.sentinel in ready and not w.proc.is_alive():
+                    replace = True
+                    if w.case is not None:
+                        on_row(crash_row(w.case, "crash", _death_reason(w.proc)))
+                    elif not w.ready:
+                        raise InputError(f"backend '{backend_spec}': worker failed to start "
+                                         f"({_death_reason(w.proc)})")
+                elif w.deadline is not None and now > w.deadline:
+                    replace = True
+                    if w.case is not None:
+                        on_row(crash_row(w.case, "timeout", f"no result within {timeout_s:g} s; worker killed"))
+                    else:
+                        raise InputError(f"backend '{backend_spec}': worker did not start within "
+                                         f"{startup_timeout_s:g} s")
+                if replace:
+                    w.stop(kill=True)
+                    pool.remove(w)
+                    if todo:
+                        fresh = Worker(ctx, backend_spec, device)
+                        fresh.deadline = time.monotonic() + startup_timeout_s
+                        pool.append(fresh)
+    finally:
+        for w in pool:
+            w.stop(kill=True)
