@@ -10,6 +10,7 @@ and rerun alone.
 
 import dataclasses
 import itertools
+import math
 import os
 import tomllib
 import zlib
@@ -73,6 +74,10 @@ class Case:
         return d
 
 
+# Upper bounds that keep a typo from allocating the machine away (real models sit far below).
+LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
+          "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20}
+
 CASE_FIELDS = {f.name: f for f in dataclasses.fields(Case) if f.name not in ("id", "seed")}
 GROUP_ONLY_KEYS = {"name", "draws", "seed"}
 
@@ -93,6 +98,8 @@ def validate_case(case: Case, where: str) -> Case:
     for key in ("batch_size", "heads", "kv_heads", "draft_tokens", "page_size", "d_qk", "d_v"):
         if getattr(case, key) < 1:
             bad(key, f"must be at least 1, got {getattr(case, key)}")
+        if getattr(case, key) > LIMITS[key]:
+            bad(key, f"{getattr(case, key)} is beyond the largest supported value {LIMITS[key]}")
     if case.extra_pages < 0:
         bad("extra_pages", f"must be at least 0, got {case.extra_pages}")
     if case.heads % case.kv_heads:
@@ -103,14 +110,18 @@ def validate_case(case: Case, where: str) -> Case:
         bad("draft_tokens", f"verify takes 1 to 8 draft tokens, got {case.draft_tokens}")
     if case.mode == "decode" and case.draft_tokens != 1:
         bad("draft_tokens", "decode has exactly one query token; use mode = \"verify\"")
-    if not case.softmax_scale > 0:
-        bad("softmax_scale", f"must be positive, got {case.softmax_scale}")
-    if case.k_scale is not None and not case.k_scale > 0:
-        bad("k_scale", f"must be positive, got {case.k_scale}")
+    if not (math.isfinite(case.softmax_scale) and case.softmax_scale > 0):
+        bad("softmax_scale", f"must be positive and finite, got {case.softmax_scale}")
+    if case.k_scale is not None and not (math.isfinite(case.k_scale) and case.k_scale > 0):
+        bad("k_scale", f"must be positive and finite, got {case.k_scale}")
+    if case.extra_pages > LIMITS["extra_pages"]:
+        bad("extra_pages", f"{case.extra_pages} is beyond the largest supported value {LIMITS['extra_pages']}")
     try:
-        seqlens.parse(case.seqlen)
+        longest = seqlens.max_length(case.seqlen, case.page_size)
     except InputError as e:
         bad("seqlen", str(e))
+    if longest > LIMITS["seqlen"]:
+        bad("seqlen", f"lengths up to {longest} are beyond the largest supported {LIMITS['seqlen']}")
     return case
 
 

@@ -7,6 +7,7 @@ result carries the worst element (by error over bound), so a failure message
 names where it broke and by how much.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,8 @@ class TensorCheck:
     failures: list = field(default_factory=list)   # check names that failed: nonfinite, element, cosine
     nonfinite_mismatches: int = 0
     first_nonfinite_mismatch: tuple | None = None
+    first_nonfinite_actual: float | None = None     # the values there: a failure line names both
+    first_nonfinite_expected: float | None = None
     violations: int = 0                             # elements over the element bound
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
@@ -65,32 +68,35 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
 
     same_nan = torch.isnan(a) == torch.isnan(e)
     same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
-    mismatch = ~(same_nan & same_inf)
-    res.nonfinite_mismatches = int(mismatch.sum())
+    mismatch = (~(same_nan & same_inf)).flatten()
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    af = torch.where(finite, a, torch.zeros_like(a)).flatten()
+    ef = torch.where(finite, e, torch.zeros_like(e)).flatten()
+    err = (af - ef).abs()
+    ratio = err / (bound.atol + bound.rtol * ef.abs())
+    if not ratio.numel():
+        return res
+    worst = ratio.argmax()
+    # every statistic in one device-to-host transfer: this runs thousands of times per suite
+    stats = torch.stack([
+        mismatch.sum().double(), mismatch.double().argmax().double(), worst.double(), ratio[worst],
+        a.flatten()[worst], e.flatten()[worst], err.max(), (err / ef.abs().clamp(min=1e-30)).max(),
+        (ratio > 1).sum().double(), (af * af).sum(), (ef * ef).sum(), (af * ef).sum(), ((af - ef) ** 2).sum(),
+    ]).tolist()
+    n_mismatch, first_mismatch, flat, res.worst_ratio, res.worst_actual, res.worst_expected = stats[:6]
+    res.max_abs_err, res.max_rel_err, violations, aa, ee, ae, dd = stats[6:]
+    res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
+    res.worst_index = _unravel(int(flat), shape)
     if res.nonfinite_mismatches:
         res.failures.append("nonfinite")
-        res.first_nonfinite_mismatch = _unravel(int(mismatch.flatten().nonzero()[0]), shape)
-
-    finite = torch.isfinite(a) & torch.isfinite(e)
-    af = torch.where(finite, a, torch.zeros_like(a))
-    ef = torch.where(finite, e, torch.zeros_like(e))
-    err = (af - ef).abs()
-    allowed = bound.atol + bound.rtol * ef.abs()
-    ratio = err / allowed
-    if ratio.numel():
-        flat = int(ratio.flatten().argmax())
-        res.worst_index = _unravel(flat, shape)
-        res.worst_ratio = float(ratio.flatten()[flat])
-        res.worst_actual = float(a.flatten()[flat])
-        res.worst_expected = float(e.flatten()[flat])
-        res.max_abs_err = float(err.max())
-        res.max_rel_err = float((err / ef.abs().clamp(min=1e-30)).max())
-    res.violations = int((ratio > 1).sum())
+        first = int(first_mismatch)
+        res.first_nonfinite_mismatch = _unravel(first, shape)
+        res.first_nonfinite_actual = float(a.flatten()[first])
+        res.first_nonfinite_expected = float(e.flatten()[first])
     if res.violations:
         res.failures.append("element")
-    res.cos_diff = cos_diff(af, ef)
-    norm = float(ef.norm())
-    res.rel_l2 = float((af - ef).norm()) / norm if norm else float((af - ef).norm())
+    res.cos_diff = 1 - 2 * ae / (aa + ee) if aa + ee else 0.0
+    res.rel_l2 = math.sqrt(dd) / math.sqrt(ee) if ee else math.sqrt(dd)
     if res.cos_diff > bound.cos_diff:
         res.failures.append("cosine")
     res.passed = not res.failures
@@ -113,7 +119,8 @@ def describe_failure(case_id: str, check: TensorCheck) -> str:
                 f"expected {tuple(check.bound['expected_shape'])}")
     if "nonfinite" in check.failures:
         return (f"{case_id}: {check.name}: {check.nonfinite_mismatches} NaN/inf position(s) differ from the "
-                f"reference, first at index {list(check.first_nonfinite_mismatch)}")
+                f"reference, first at index {list(check.first_nonfinite_mismatch)}: "
+                f"got {check.first_nonfinite_actual:.6g}, expected {check.first_nonfinite_expected:.6g}")
     b = check.bound
     worst = (f"worst at index {list(check.worst_index)}: got {check.worst_actual:.6g}, "
              f"expected {check.worst_expected:.6g} (|err| {abs(check.worst_actual - check.worst_expected):.3g} "

@@ -3,6 +3,7 @@
 Whole tensors never go into a row; these do, so the report can draw a heatmap
 over heads x query tokens, the error per request against its length and pages,
 the worst elements and a histogram of error over bound, without rerunning.
+Each is small: at most (heads or batch) x query tokens numbers, ten elements, two histograms.
 """
 
 import torch
@@ -54,6 +55,10 @@ def summarize(inputs, out, lse, expected_out, expected_lse, tol) -> dict:
     return {
         "head_query_ratio": r_out.amax(dim=(0, 3)).transpose(0, 1).cpu().tolist(),   # (h, s_q)
         "lse_head_query_ratio": r_lse.amax(dim=0).cpu().tolist(),                     # (h, s_q)
+        # (b, s_q): query token i of request r sees keys up to seqlen - s_q + i, so this places
+        # the error along KV position (the report draws it on each request's page strip)
+        "request_query_ratio": r_out.amax(dim=(2, 3)).cpu().tolist(),
+        "lse_request_query_ratio": r_lse.amax(dim=1).cpu().tolist(),
         "request_ratio": per_request,
         "request_seqlen": seq,
         "request_pages": [(n + P - 1) // P for n in seq],

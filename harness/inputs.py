@@ -96,14 +96,16 @@ def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first
     ``tokens`` holds every request's tokens back to back (request r starts at the
     sum of the earlier requests' ``layout.cache_seqlens``).
     """
+    dev = layout.req_to_token.device
     first_t = torch.tensor(first, dtype=torch.long)
     count = (torch.tensor(last, dtype=torch.long) - first_t).clamp(min=0)
-    request, i = token_index(count)
-    if not len(request):
+    if not int(count.sum()):
         return
-    t = first_t[request] + i                                      # position in its request
-    starts = torch.cumsum(layout.cache_seqlens.long(), 0) - layout.cache_seqlens.long()
-    slots = layout.req_to_token[layout.req_pool_indices.long()[request], t].long()
+    request, i = token_index(count, dev)
+    t = first_t.to(dev)[request] + i                              # position in its request
+    lengths = layout.cache_seqlens.long().to(dev)
+    starts = torch.cumsum(lengths, 0) - lengths
+    slots = layout.req_to_token[layout.req_pool_indices.to(dev).long()[request], t].long()
     flat = pool.view(-1, *pool.shape[2:])
     flat[slots.to(pool.device)] = tokens[(starts[request] + t).to(tokens.device)]
 
@@ -114,7 +116,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     seq_lens = draw_seq_lens(case) if seq_lens is None else seq_lens
     cache = cache_seqlens_for(case, seq_lens)
     layout = allocate(cache, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                      padding=case.padding)
+                      padding=case.padding, device=device)
     validate_req_to_token(layout)
     validate_block_table(layout.block_table, layout.cache_seqlens, layout.num_pages, case.page_size)
 
@@ -151,7 +153,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
 
     return Inputs(
         case=case, q=q, kv_pool=kv_pool,
-        block_table=layout.block_table.to(device), cache_seqlens=layout.cache_seqlens.to(device),
+        block_table=layout.block_table, cache_seqlens=layout.cache_seqlens,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device), layout=layout,
         descale_q=descale_q, descale_k=descale_k, q_model=q_model, kv_pool_model=kv_model,
     )

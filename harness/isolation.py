@@ -10,6 +10,7 @@ context is unusable afterwards), so a worker that hits one reports the case as
 """
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from multiprocessing.connection import wait
@@ -20,10 +21,13 @@ STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "Acc
                "unspecified launch failure")
 
 
-def _worker_main(conn, backend_spec, device):
+def _worker_main(conn, backend_spec, device, threads):
     from .backends import load_backend
     from .runner import run_case
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    import torch
+    # several workers share the CPU: without this each would start one thread per core
+    torch.set_num_threads(threads)
     try:
         backend = load_backend(backend_spec)
     except InputError as e:
@@ -39,7 +43,8 @@ def _worker_main(conn, backend_spec, device):
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
-        sticky = row["status"] == "error" and any(s in (row.get("reason") or "") for s in STICKY_CUDA)
+        sticky = (device == "cuda" and row["status"] == "error"
+                  and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
         if sticky:
             row = {**row, "status": "crash", "reason": f"CUDA context lost: {row['reason']}"}
         conn.send(("row", row))
@@ -48,9 +53,9 @@ def _worker_main(conn, backend_spec, device):
 
 
 class Worker:
-    def __init__(self, ctx, backend_spec, device):
+    def __init__(self, ctx, backend_spec, device, threads):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device, threads), daemon=True)
         self.proc.start()
         child.close()
         self.case = None
@@ -93,7 +98,8 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, workers=1, time
     """
     ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
     todo = list(cases)[::-1]
-    pool = [Worker(ctx, backend_spec, device) for _ in range(min(workers, len(todo)) or 0)]
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    pool = [Worker(ctx, backend_spec, device, threads) for _ in range(min(workers, len(todo)) or 0)]
     for w in pool:
         w.deadline = time.monotonic() + startup_timeout_s
     try:
@@ -147,7 +153,7 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, workers=1, time
                     w.stop(kill=True)
                     pool.remove(w)
                     if todo:
-                        fresh = Worker(ctx, backend_spec, device)
+                        fresh = Worker(ctx, backend_spec, device, threads)
                         fresh.deadline = time.monotonic() + startup_timeout_s
                         pool.append(fresh)
     finally:

@@ -25,7 +25,7 @@ PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1}
 
 @dataclass
 class PageLayout:
-    """Where every request's tokens live.  All tensors are int32 on the CPU."""
+    """Where every request's tokens live.  Tensors are int32, on the device the case runs on."""
 
     page_size: int
     num_pages: int
@@ -40,17 +40,28 @@ def pages_for(n_tokens: int, page_size: int) -> int:
     return (n_tokens + page_size - 1) // page_size
 
 
-def token_index(lengths: torch.Tensor):
-    """For requests of these lengths: each token's request and its position in the request."""
+def token_index(lengths: torch.Tensor, device=None):
+    """For requests of these lengths: each token's request and its position in the request.
+
+    ``lengths`` may live on the CPU while the result is built on ``device``: the
+    total is read on the CPU, so a GPU build needs no device-to-host sync.
+    """
     lengths = lengths.long()
-    request = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    device = lengths.device if device is None else torch.device(device)
+    total = int(lengths.sum())
+    lengths = lengths.to(device)
+    request = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths, output_size=total)
     starts = torch.cumsum(lengths, 0) - lengths
-    return request, torch.arange(int(lengths.sum())) - starts[request]
+    return request, torch.arange(total, device=device) - starts[request]
 
 
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
-             padding: str = "minus_one", table_width: int | None = None) -> PageLayout:
-    """Allocate shuffled pages for each request and build ``req_to_token`` and the block table."""
+             padding: str = "minus_one", table_width: int | None = None, device="cpu") -> PageLayout:
+    """Allocate shuffled pages for each request and build ``req_to_token`` and the block table.
+
+    The page order is drawn on the CPU (so it is the same on every device); the
+    per-token work runs on ``device``.
+    """
     if page_size < 1:
         raise InputError(f"page_size must be at least 1, got {page_size}")
     if any(n < 0 for n in cache_seqlens):
@@ -63,61 +74,67 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
     max_ctx = max(int(need.max()) if b else 0, 1) * page_size
     max_reqs = b + 2                                  # spare rows, as a real pool has
-    req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32)
     req_pool_indices = torch.randperm(max_reqs, generator=gen)[:b].to(torch.int32)
     first_page = torch.cumsum(need, 0) - need        # request r owns order[first_page[r] : + need[r]]
-    request, t = token_index(lengths)
-    pages = order[first_page[request] + t // page_size]
+    request, t = token_index(lengths, device)
+    pages = order.to(device)[first_page.to(device)[request] + t // page_size]
+    req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32, device=device)
+    req_pool_indices = req_pool_indices.to(device)
     req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
                                     width, PADDING_VALUES[padding])
     return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
-                      lengths.to(torch.int32), order[:used])
+                      lengths.to(torch.int32).to(device), order[:used].to(device))
 
 
 def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
     """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it."""
-    lengths = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1)
+    lengths = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1).cpu()
     need = (lengths + page_size - 1) // page_size
     if len(need) and int(need.max()) > width:
         r = int(need.argmax())
         raise InputError(f"request {r}: {int(lengths[r])} tokens need {int(need[r])} pages "
                          f"but the table has {width} columns")
-    table = torch.full((len(lengths), width), pad_value, dtype=torch.int32)
-    request, p = token_index(need)
-    rows = req_pool_indices.long()[request]
+    device = req_to_token.device
+    table = torch.full((len(lengths), width), pad_value, dtype=torch.int32, device=device)
+    request, p = token_index(need, device)
+    rows = req_pool_indices.to(device).long()[request]
     table[request, p] = (req_to_token[rows, p * page_size] // page_size).to(torch.int32)
     return table
 
 
 def validate_req_to_token(layout: PageLayout):
-    """Every page of every request holds consecutive, page-aligned slots."""
+    """Every page of every request holds consecutive, page-aligned slots inside the pool."""
     P = layout.page_size
     rows, width = layout.req_to_token.shape
-    seq, pool_rows = layout.cache_seqlens.long(), layout.req_pool_indices.long()
-    for r in range(len(seq)):    # shape checks first, so a bad layout is an InputError, not an IndexError
-        if seq[r] < 0:
-            raise InputError(f"request {r}: negative seq len {int(seq[r])}")
-        if seq[r] > width:
-            raise InputError(f"request {r}: seq len {int(seq[r])} but req_to_token has only {width} columns")
-        if not 0 <= pool_rows[r] < rows:
-            raise InputError(f"request {r}: req_pool_indices entry {int(pool_rows[r])} is outside "
-                             f"req_to_token's {rows} rows")
-    request, t = token_index(seq)
-    slots = layout.req_to_token[pool_rows[request], t].long()
+    seq, pool_rows = layout.cache_seqlens.long().cpu(), layout.req_pool_indices.long().cpu()
+    # shape checks first, so a bad layout is an InputError, not an IndexError
+    for bad, message in (
+        (seq < 0, lambda r: f"negative seq len {int(seq[r])}"),
+        (seq > width, lambda r: f"seq len {int(seq[r])} but req_to_token has only {width} columns"),
+        ((pool_rows < 0) | (pool_rows >= rows),
+         lambda r: f"req_pool_indices entry {int(pool_rows[r])} is outside req_to_token's {rows} rows"),
+    ):
+        if bool(bad.any()):
+            r = int(bad.nonzero()[0])
+            raise InputError(f"request {r}: {message(r)}")
+    device = layout.req_to_token.device
+    request, t = token_index(seq, device)
+    slots = layout.req_to_token[pool_rows.to(device)[request], t].long()
     outside = (slots < 0) | (slots // P >= layout.num_pages)
+    start_of_page = torch.arange(len(t), device=device) - t % P   # flat index of the first token on its page
+    first = slots[start_of_page] if len(t) else slots
+    misaligned = (slots % P != t % P) | (slots - t % P != first)
+    if not bool((outside | misaligned).any()):        # one sync on the good path
+        return
     if bool(outside.any()):
         i = int(outside.nonzero()[0])
         raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, outside "
                          f"the pool's {layout.num_pages} pages of {P} slots")
-    start_of_page = torch.arange(len(t)) - t % P          # flat index of the first token on the same page
-    first = slots[start_of_page] if len(t) else slots
-    bad = (slots % P != t % P) | (slots - t % P != first)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, which "
-                         f"breaks page alignment (pages must hold {P} consecutive, page-aligned slots)")
+    i = int(misaligned.nonzero()[0])
+    raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, which "
+                     f"breaks page alignment (pages must hold {P} consecutive, page-aligned slots)")
 
 
 def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,

@@ -43,11 +43,11 @@ def base_row(case: Case, backend, backend_spec: str, device: str) -> dict:
 def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     """Run one case and return its result row.  Bad input raises ``InputError``."""
     row = base_row(case, backend, backend_spec, device)
-    reason = backend.unsupported_reason(case, device)
-    if reason is not None:
-        return {**row, "status": "unsupported", "reason": reason}
     started = time.perf_counter()
     try:
+        reason = backend.unsupported_reason(case, device)
+        if reason is not None:
+            return {**row, "status": "unsupported", "reason": reason}
         outcome = scenarios.run(case, backend, device)
     except InputError:
         raise
@@ -101,16 +101,24 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     bar = tqdm(total=len(todo), desc=f"{backend.name}", unit="case", disable=not progress,
                dynamic_ncols=True, mininterval=0.5)
 
+    not_passed = 0
+
     def record(row):
+        nonlocal not_passed
         writer.write(row)
         summary.rows.append(row)
-        bad = sum(r["status"] not in ("pass", "unsupported") for r in summary.rows)
-        bar.set_postfix_str(f"not passed {bad}", refresh=False)
+        not_passed += row["status"] not in ("pass", "unsupported")
+        bar.set_postfix_str(f"not passed {not_passed}", refresh=False)
         bar.update(1)
 
     runnable = []
     for case in todo:
-        reason = backend.unsupported_reason(case, device)
+        try:
+            reason = backend.unsupported_reason(case, device)
+        except Exception as e:   # a plug-in's broken capability check is its error, on this case
+            record({**base_row(case, backend, backend_spec, device), "status": "error", "failed_checks": ["raised"],
+                    "reason": f"unsupported_reason() raised {type(e).__name__}: {e}".splitlines()[0][:500]})
+            continue
         if reason is not None:
             record({**base_row(case, backend, backend_spec, device), "status": "unsupported", "reason": reason})
         else:

@@ -87,7 +87,8 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same shape, dtype and bits (NaN payloads included)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)   # noqa: E731
+    return bool(torch.equal(as_bytes(a), as_bytes(b)))
 
 
 def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:

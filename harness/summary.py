@@ -6,7 +6,8 @@ from collections import Counter
 COLUMNS = ("pass", "fail", "error", "crash", "timeout", "unsupported")
 
 
-def print_summary(summary, results_path, out=sys.stdout, max_messages=20):
+def print_summary(summary, results_path, out=None, max_messages=20):
+    out = out or sys.stdout          # looked up per call: callers may redirect stdout
     rows = summary.rows
     groups = Counter()
     for r in rows:

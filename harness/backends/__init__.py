@@ -1,7 +1,8 @@
 """Backend registry: built-in names, ``auto``, and user plug-ins.
 
 ``--backend`` takes a built-in name (``reference``, ``torch``, ``flashmla``,
-``auto``), ``module:NAME`` or ``path/to/file.py:NAME``.  NAME is a ``Backend``
+``auto``), ``mutant:NAME`` (a deliberately broken torch backend, see
+``harness/mutants``), ``module:NAME`` or ``path/to/file.py:NAME``.  NAME is a ``Backend``
 instance, or a class or zero-argument factory that returns one.
 """
 
@@ -46,6 +47,9 @@ def load_backend(spec: str) -> Backend:
         return auto_backend()
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if spec.startswith("mutant:"):
+        from ..mutants import load_mutant  # late: the mutants import the torch backend from here
+        return load_mutant(spec.removeprefix("mutant:"))
     if ":" not in spec:
         raise InputError(f"unknown backend '{spec}' (built in: {', '.join(builtin_names())}; "
                          f"or module:NAME, or path/to/file.py:NAME)")
@@ -80,7 +84,7 @@ def _import_plugin(spec: str, where: str):
         return importlib.import_module(where)
     except InputError:
         raise
-    except Exception as e:   # any failure while importing a plug-in is reported as one line
+    except (Exception, SystemExit) as e:   # any failure importing a plug-in is one line, even sys.exit()
         raise InputError(f"backend '{spec}': cannot import {where}: {type(e).__name__}: {e}") from None
 
 

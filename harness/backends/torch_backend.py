@@ -37,6 +37,10 @@ class TorchBackend(Backend):
             return dequantize_fp8(x, float(descale.reshape(-1)[0]), torch.float32)
         return x.float()
 
+    def read_keys(self, inputs, kv) -> torch.Tensor:
+        """Cached tokens as the kernel reads them (fp8: dequantised with ``descale_k``)."""
+        return self.read(kv, inputs.descale_k)
+
     def block_table(self, inputs) -> torch.Tensor:
         return inputs.block_table.long()
 
@@ -46,12 +50,19 @@ class TorchBackend(Backend):
         pages = torch.arange(p0, p1, device=table.device)
         n_pages = (seq + P - 1) // P
         real_page = pages[None, :] < n_pages[:, None]                       # (b, c)
-        ids = torch.where(real_page, table[:, p0:p1], torch.zeros_like(table[:, p0:p1]))
-        kv = inputs.kv_pool[ids]                                           # (b, c, P, h_kv, d)
+        kv = inputs.kv_pool[self.page_ids(table[:, p0:p1], real_page)]      # (b, c, P, h_kv, d)
         kv = kv.flatten(1, 2)
         pos = p0 * P + torch.arange(kv.shape[1], device=kv.device)
         in_seq = pos[None, :] < seq[:, None]
-        return self.read(kv, inputs.descale_k), in_seq, pos
+        return self.read_keys(inputs, kv), in_seq, pos
+
+    def page_ids(self, entries, real_page) -> torch.Tensor:
+        """Pages to load: entries past a request's last page are padding and never dereferenced."""
+        return torch.where(real_page, entries, torch.zeros_like(entries))
+
+    def clear_outside(self, keys, in_seq) -> torch.Tensor:
+        """Select zeros outside the sequence, so poison (NaN) there cannot reach the output."""
+        return torch.where(in_seq[:, :, None, None], keys, torch.zeros_like(keys))
 
     def visible(self, pos, seq, s_q, causal) -> torch.Tensor:
         """``(b, s_q, n)``: query token i sees positions ``<= seq - s_q + i`` (bottom-right causal)."""
@@ -101,10 +112,14 @@ class TorchBackend(Backend):
         table = self.block_table(inputs)
         out = torch.zeros(b, s_q, h_q, d_v, device=q.device)
         lse = torch.full((b, h_q, s_q), math.inf, device=q.device)
-        for p0 in range(0, table.shape[1], self.pages_per_split):
-            p1 = min(table.shape[1], p0 + self.pages_per_split)
+        # walk only the columns some request needs, as a kernel's loop over KV blocks does, so
+        # extra padding columns in a wider table change nothing (not even the rounding)
+        P = inputs.kv_pool.shape[1]
+        n_cols = min(table.shape[1], int((seq.max() + P - 1) // P)) if b else 0
+        for p0 in range(0, n_cols, self.pages_per_split):
+            p1 = min(n_cols, p0 + self.pages_per_split)
             keys, in_seq, pos = self.gather_pages(inputs, table, seq, p0, p1)
-            keys = torch.where(in_seq[:, :, None, None], keys, torch.zeros_like(keys))   # no NaN from poison
+            keys = self.clear_outside(keys, in_seq)
             mask = self.visible(pos, seq, s_q, inputs.causal) & in_seq[:, None, :]
             part = self.partial(self.scores(q, keys, inputs.softmax_scale), mask, self.values(keys, d_v))
             out, lse = self.merge(out, lse, *part)

@@ -1,0 +1,42 @@
+"""``mla-verify report``: an HTML report from results files, optionally diffed against a baseline."""
+
+import sys
+import time
+
+from ..errors import EXIT_OK, InputError
+from ..report import MAX_DRILLDOWNS, write_report
+from ..report.baseline import FACTOR, FLOOR
+
+
+def add_parser(sub):
+    p = sub.add_parser("report", help="write a self-contained HTML report from results files")
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) (JSONL); a later row of the same "
+                   "case and backend supersedes an earlier one")
+    p.add_argument("-o", "--out", help="report file; default reports/report-<time>.html")
+    p.add_argument("--baseline", nargs="+", action="extend", metavar="OLD",
+                   help="older results file(s): mark new failures, fixed cases and metric regressions")
+    p.add_argument("--max-drilldowns", type=int, default=MAX_DRILLDOWNS, metavar="N",
+                   help=f"drill-downs for at most N failing cases (default {MAX_DRILLDOWNS})")
+    p.add_argument("--regression-factor", type=float, default=FACTOR, metavar="X",
+                   help=f"an error over bound that grew more than X times is a regression (default {FACTOR:g})")
+    p.add_argument("--regression-floor", type=float, default=FLOOR, metavar="F",
+                   help=f"... once it reaches at least F of its bound (default {FLOOR:g})")
+    p.add_argument("--title", default="mla-verify report", help="the page's title")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    if args.max_drilldowns < 0:
+        raise InputError(f"--max-drilldowns: must be at least 0, got {args.max_drilldowns}")
+    if not args.regression_factor >= 1:
+        raise InputError(f"--regression-factor: must be at least 1, got {args.regression_factor:g}")
+    if not args.regression_floor >= 0:
+        raise InputError(f"--regression-floor: must be at least 0, got {args.regression_floor:g}")
+    out = args.out or f"reports/report-{time.strftime('%Y%m%d-%H%M%S')}.html"
+    if out.endswith("/"):
+        raise InputError(f"-o {out}: names a directory; give a file name such as {out}report.html")
+    path = write_report(args.results, out, args.baseline or (), args.max_drilldowns, args.title,
+                        args.regression_factor, args.regression_floor)
+    print(path)
+    sys.stdout.flush()
+    return EXIT_OK

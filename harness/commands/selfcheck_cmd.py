@@ -1,0 +1,133 @@
+"""``mla-verify selfcheck``: prove the checks can fail, by killing every shipped mutant."""
+
+import sys
+
+from .. import cases as case_mod
+from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from ..mutants import MUTANTS
+from ..results import ResultsWriter
+from ..runner import default_device
+from ..selfcheck import run_selfcheck
+from .run_cmd import load_suites
+
+CHECK_ORDER = ("out", "lse", "out_end_to_end", "lse_end_to_end")
+KIND_ORDER = ("element", "cosine", "nonfinite", "shape")
+SHORT = {"element": "elem", "cosine": "cos", "nonfinite": "nonf", "_end_to_end": ".e2e"}
+
+
+def add_parser(sub):
+    p = sub.add_parser("selfcheck", help="run a suite against every mutant and the clean backend")
+    p.add_argument("--suite", default="selfcheck", help="suite name(s), comma-separated (default: selfcheck)")
+    p.add_argument("--mutant", action="append", metavar="NAME",
+                   help=f"only this mutant (repeatable; default: all {len(MUTANTS)})")
+    p.add_argument("--out", help="also write every row (all backends) to this JSONL file")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--markdown", action="store_true", help="print the kill matrix as a markdown table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=main)
+
+
+class _NoFile:
+    """A results writer that keeps nothing (selfcheck rows are summarised, not stored, by default)."""
+
+    def write(self, row):
+        pass
+
+    def close(self):
+        pass
+
+
+def _mutant_names(chosen) -> list[str]:
+    names = [n.strip() for arg in chosen or [] for n in arg.split(",") if n.strip()] or list(MUTANTS)
+    unknown = [n for n in names if n not in MUTANTS]
+    if unknown:
+        raise InputError(f"--mutant: unknown mutant '{unknown[0]}' (known: {', '.join(MUTANTS)})")
+    return list(dict.fromkeys(names))
+
+
+def _order(check: str):
+    """Tensor checks first (out, lse, then end to end; element, cosine, nonfinite), then scenarios."""
+    tensor, _, kind = check.rpartition(".")
+    rank = CHECK_ORDER.index(tensor) if tensor in CHECK_ORDER else len(CHECK_ORDER)
+    kind_rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+    return rank, tensor or check, kind_rank, kind
+
+
+def _short(check: str) -> str:
+    for long, short in SHORT.items():
+        check = check.replace(long, short)
+    return check
+
+
+def _rows(result):
+    """(name, killed/cases, {check: count}, verdict) for the clean backend and each mutant."""
+    clean = result.clean
+    yield ("torch (clean)", f"{clean.killed_cases}/{clean.cases}", clean.kills,
+           "PASS" if result.clean_ok else "FAIL")
+    for m in result.mutants:
+        verdict = "SURVIVED" if not m.killed else ("killed" if m.expected_hit else "killed (unexpected checks)")
+        yield m.spec.removeprefix("mutant:"), f"{m.killed_cases}/{m.cases}", m.kills, verdict
+
+
+def print_matrix(result, out=None):
+    out = out or sys.stdout   # looked up per call, so a redirected stdout is honoured
+    checks = sorted(result.checks(), key=_order)
+    heads = [_short(c) for c in checks]
+    widths = [max(len(h), 3) for h in heads]
+    name_w = max(len(r[0]) for r in _rows(result))
+    print(f"{'mutant':<{name_w}}  {'cases':>6}  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths))
+          + "  verdict", file=out)
+    for name, ratio, kills, verdict in _rows(result):
+        cells = "  ".join(f"{kills.get(c) or '.':>{w}}" for c, w in zip(checks, widths))
+        print(f"{name:<{name_w}}  {ratio:>6}  {cells}  {verdict}", file=out)
+
+
+def print_markdown(result, out=None):
+    out = out or sys.stdout
+    checks = sorted(result.checks(), key=_order)
+    print("| mutant | bug class modelled | expected check | killed (cases) | "
+          + " | ".join(f"`{c}`" for c in checks) + " |", file=out)
+    print("|---|---|---|---|" + "---|" * len(checks), file=out)
+    verdicts = [result.clean, *result.mutants]
+    for (name, ratio, kills, verdict), v in zip(_rows(result), verdicts):
+        expected = ", ".join(f"`{c}`" for c in v.caught_by) or "none: must pass"
+        cells = " | ".join(str(kills.get(c) or "") for c in checks)
+        print(f"| `{name}` | {v.bug or 'the clean torch split-KV backend'} | {expected} | {ratio} {verdict} | "
+              f"{cells} |", file=out)
+
+
+def main(args) -> int:
+    names = _mutant_names(args.mutant)
+    suites = load_suites(args.suite)
+    cases = case_mod.select(suites, None)
+    device = args.device or default_device()
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda: no CUDA device is available here")
+    writer = ResultsWriter(args.out) if args.out else _NoFile()   # opened first: a bad --out runs nothing
+    try:
+        print(f"mla-verify: selfcheck of {len(names)} mutant(s) and the clean backend on {len(cases)} case(s) "
+              f"from {', '.join(s.name for s in suites)} ({device})", file=sys.stderr)
+        result = run_selfcheck(cases, names, device, writer,
+                               progress=not args.no_progress and sys.stderr.isatty())
+    finally:
+        writer.close()
+    (print_markdown if args.markdown else print_matrix)(result)
+    return report(result, args.out)
+
+
+def report(result, out_path) -> int:
+    unsupported = result.clean.summary.count("unsupported")
+    if unsupported:
+        print(f"warning: {unsupported} case(s) unsupported by the clean backend verify nothing")
+    for row in result.clean.summary.rows:
+        if row["status"] not in ("pass", "unsupported"):
+            print(f"CLEAN FAIL {row['case_id']}: {row['status']}: {row.get('reason')}")
+    for m in result.survivors:
+        print(f"SURVIVED {m.spec}: {m.bug}; expected to be caught by {', '.join(m.caught_by)}")
+    where = f"; rows: {out_path}" if out_path else ""
+    print(f"{len(result.mutants) - len(result.survivors)}/{len(result.mutants)} mutants killed, clean backend "
+          f"{'passed' if result.clean_ok else 'FAILED'}, in {result.seconds:.1f} s{where}")
+    print(f"verdict: {'PASSED' if result.ok else 'FAILED'}")
+    return EXIT_OK if result.ok else EXIT_FAILURES

@@ -1,0 +1,49 @@
+"""The HTML report: one self-contained file built from results files alone.
+
+``build`` reads rows into a lean pandas frame and aggregates; ``baseline``
+marks what changed against older results; ``page`` and ``drilldown`` render,
+drawing charts with ``svg``.  ``write_report`` is the one entry point.
+"""
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+from . import baseline as baseline_mod
+from .build import choose_drilldowns, collect, frame, latest, read
+from .page import render
+
+MAX_DRILLDOWNS = 50   # each is ~10-40 KB; the table lists every case regardless
+
+
+def build(results, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
+          factor: float = baseline_mod.FACTOR, floor: float = baseline_mod.FLOOR):
+    """The report's data from results files (and optional baseline files)."""
+    data = collect(results)
+    if baselines:
+        base_rows, _ = latest(read(baselines))
+        data.baseline = baseline_mod.compare(data.df, frame(base_rows), factor, floor)
+        data.baseline["sources"] = [str(p) for p in baselines]
+    data.drill, data.drill_total = choose_drilldowns(data.df, max_drilldowns)
+    return data
+
+
+def write_report(results, out, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
+                 title: str = "mla-verify report", factor: float = baseline_mod.FACTOR,
+                 floor: float = baseline_mod.FLOOR) -> Path:
+    """Build and write the report; returns its path.  Bad paths raise ``InputError``."""
+    html = render(build(results, baselines, max_drilldowns, factor, floor), title)
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, out)       # a reader never sees half a report
+    except OSError as e:
+        if tmp.parent.is_dir():
+            tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write report {out}: {e.strerror or e}") from None
+    return out
+
+
+__all__ = ["MAX_DRILLDOWNS", "build", "write_report"]

@@ -1,0 +1,236 @@
+"""The page: header and verdict, summary panels, the case table, then the drill-downs.
+
+The case table is one lean line per row (10,000 rows stay a few MB): metric
+cells carry their bar as two CSS gradients and the value to sort by in
+``data-v``; no per-cell tooltip or chart.
+"""
+
+import math
+import time
+
+from . import drilldown, svg
+from .assets import CSS, JS
+from .baseline import GROWTH_MARKS, MARKS, describe_growth
+from .build import BAD, ReportData
+from .text import esc, ratio, seconds
+
+STATUS_HELP = {
+    "pass": "every check within its bound", "fail": "a check out of bounds",
+    "error": "the kernel or its adapter raised", "crash": "the process running the kernel died",
+    "timeout": "the case ran past its time limit", "unsupported": "the backend declares it cannot run the case",
+}
+
+
+def verdict(data: ReportData) -> str:
+    df = data.df
+    if not len(df):
+        return "EMPTY"
+    if df["status"].isin(BAD).any():
+        return "FAILED"
+    if (df["status"] == "unsupported").all():
+        return "NOTHING VERIFIED"
+    return "PASSED"
+
+
+def _header(data: ReportData, title: str) -> str:
+    v = verdict(data)
+    src = ", ".join(f"{esc(p)} ({n} rows)" for p, n in data.sources)
+    sup = (f" · {data.superseded} earlier row(s) superseded by a later row of the same case and backend"
+           if data.superseded else "")
+    return (f'<header><h1>{esc(title)}</h1><span class="verdict v-{v.split()[0]}" id="verdict">{v}</span>'
+            f'<span class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {src}{sup}</span></header>')
+
+
+def _cards(data: ReportData) -> str:
+    total = data.df["status"].value_counts() if len(data.df) else {}
+    out = [f'<div class="cards" id="totals"><div class="card" style="--c:#3a434d" data-s="total" '
+           f'data-n="{len(data.df)}"><b>{len(data.df):,}</b><span>cases</span></div>']
+    for s in data.statuses:
+        n = int(total.get(s, 0)) if len(data.df) else 0
+        out.append(f'<div class="card{"" if n else " zero"}" style="--c:var(--{esc(s)},#888)" data-s="{esc(s)}" '
+                   f'data-n="{n}" title="{esc(STATUS_HELP.get(s, ""))}"><b>{n:,}</b><span>{esc(s)}</span></div>')
+    t = data.timing
+    rate = f"{t['cases_per_second']:.1f} cases/s" if not math.isnan(t["cases_per_second"]) else "–"
+    med = f", median {t['kernel_median_ms']:.3g} ms per call" if not math.isnan(t["kernel_median_ms"]) else ""
+    out.append(f'<div class="card" style="--c:#1f5fa8" id="runtime"><b>{seconds(t["seconds"])}</b>'
+               f'<span>run time · {rate}</span></div></div>'
+               f'<p class="meta">Run time is the sum of the cases\' wall time (rows carry no run start or end); '
+               f'kernel time {t["kernel_s"]:.3g} s{med}.</p>')
+    return "".join(out)
+
+
+def _stack(counts: dict, total: int) -> str:
+    if not total:
+        return ""
+    return '<div class="stack">' + "".join(
+        f'<i style="width:{100 * n / total:.2f}%;background:var(--{esc(s)},#888)"></i>'
+        for s, n in counts.items() if n) + "</div>"
+
+
+def _counts_table(data: ReportData) -> str:
+    cols = data.statuses
+    head = "".join(f"<th>{esc(s)}" for s in cols)
+    body = []
+    for key, line in data.counts.iterrows():
+        c = {s: int(line[s]) for s in cols}
+        cells = "".join(f'<td class="n{"" if n else " z"}" data-s="{esc(s)}">{n if n else "·"}' for s, n in c.items())
+        body.append(f'<tr data-g="{esc("|".join(map(str, key)))}">' + "".join(f"<td>{esc(k)}" for k in key)
+                    + cells + f"<td>{_stack(c, sum(c.values()))}</tr>")
+    return ('<table id="counts"><thead><tr><th>suite<th>backend<th>mode<th>dtype' + head + '<th></thead><tbody>'
+            + "".join(body) + "</tbody></table>")
+
+
+def _env_table(data: ReportData) -> str:
+    rows = []
+    for name, values in data.env:
+        if len(values) == 1:
+            shown = esc(values[0][0])
+        else:   # files from different machines or commits: say which rows carry which
+            shown = "<br>".join(f"{esc(v)} <span>({n} rows)</span>" for v, n in values[:6])
+            if len(values) > 6:
+                shown += f"<br><span>… {len(values) - 6} more</span>"
+        rows.append(f'<tr data-k="{esc(name)}"><th>{esc(name)}<td>{shown}</tr>')
+    return '<table class="kv" id="env">' + "".join(rows) + "</table>"
+
+
+def _unsupported(data: ReportData) -> str:
+    if not data.unsupported:
+        return ""
+    items = "".join(f"<tr><td class='n'>{n}<td>{esc(r)}</tr>" for r, n in data.unsupported)
+    return f'<h2>Unsupported, by reason</h2><table class="kv">{items}</table>'
+
+
+def _baseline(data: ReportData) -> str:
+    b = data.baseline
+    if not b:
+        return ""
+    chips = "".join(f'<span class="mk mk-{m.replace(" ", "-")}" data-mark="{esc(m)}" data-n="{n}">{esc(m)}: {n}'
+                    f'</span> ' for m, n in b["marks"].items())
+    gone = ""
+    if b["gone"]:
+        ids = "".join(f"<li>{esc(c)} ({esc(k)})" for c, k in b["gone"][:50])
+        more = f"<li>… {len(b['gone']) - 50} more" if len(b["gone"]) > 50 else ""
+        gone = (f'<details><summary>{len(b["gone"])} case(s) only in the baseline (gone)</summary>'
+                f'<ul>{ids}{more}</ul></details>')
+    src = ", ".join(esc(p) for p in b["sources"])
+    return (f'<div class="panel" id="baseline"><h2>Against the baseline</h2><p class="meta">{src}: '
+            f'{b["matched"]} of {len(data.df)} case(s) matched by case id and backend. Regressed: passes in both, '
+            f'and an error over bound (|err|/bound or cos diff/bound of any check) grew more than '
+            f'{b["factor"]:g}× to at least {b["floor"]:g} of its bound.</p><p>{chips}</p>{gone}</div>')
+
+
+PAGE = 500   # table rows laid out at once: 10,000 laid-out rows take seconds to render and filter
+
+METRIC_COLUMNS = [   # (frame column, header, header tooltip)
+    ("out_ratio", "out<br>|err|/bound", "out: worst |err| / (atol + rtol·|expected|)"),
+    ("out_cos", "out<br>cos/bound", "out: cos diff / its bound"),
+    ("lse_ratio", "LSE<br>|err|/bound", "LSE: worst |err| / (atol + rtol·|expected|)"),
+    ("out_end_to_end_ratio", "fp8 e2e<br>|err|/bound", "fp8: out against the reference on the unquantised inputs"),
+]
+
+
+def _metric(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return '<td data-v="">'
+    return (f'<td class="m{" hot" if v > 1 else ""}" style="--w:{svg.bar_width(v):.0f}%;--c:{svg.colour(v)}" '
+            f'data-v="{v:.4g}">{ratio(v)}')
+
+
+def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
+    """One table line: kept lean, it is repeated up to 10,000 times."""
+    s, mark = r["status"], r.get("mark", "")
+    bad = s in BAD
+    cid = esc(r["case_id"])
+    link = f'<a href="#d{r["i"]}">{cid}</a>' if r["i"] in drill else cid
+    why = (r.get("reason") or "")[:200]
+    grew = describe_growth(r.get("growth")) if mark in GROWTH_MARKS else ""
+    note = " · ".join(x for x in (why, grew) if x)
+    note = f'<small class="{"why bad" if bad else "why"}">{esc(note)}</small>' if note else ""
+    shape = f'{_int(r.get("batch_size"))}×{_int(r.get("heads"))}×{_int(r.get("s_q"))} p{_int(r.get("page_size"))}'
+    cells = [f'<tr class="{"bad" if bad else ""}" data-s="{esc(s)}"'
+             + (f' data-m="{esc(mark)}">' if with_mark else ">")]
+    if with_mark:
+        cells.append(f'<td><span class="mk mk-{esc(mark.replace(" ", "-"))}">{esc(mark)}</span>' if mark else "<td>")
+    cells.append(f'<td><span class="st s-{esc(s)}">{esc(s)}</span><td>{link}{note}'
+                 f'<code>{esc(r.get("rerun", ""))}</code>')
+    if with_backend:
+        cells.append(f'<td class="bk">{esc(r["backend"])}')
+    cells.append(f'<td>{esc(r["mode"])}<td>{esc(r["dtype"])}<td>{shape}')
+    cells.extend(_metric(r.get(col)) for col, _, _ in METRIC_COLUMNS)
+    ms = r.get("kernel_ms")
+    cells.append(f'<td class="n">{"" if ms is None or math.isnan(ms) else f"{ms:.3g}"}</tr>')
+    return "".join(cells)
+
+
+def _int(v) -> str:
+    try:
+        return str(int(v))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _order(df):
+    """Worst first: new failures, other failures, regressions, fixed, passes, unsupported last."""
+    rank = {m: i for i, m in enumerate(("new failure", "still failing", "regressed", "fixed"))}
+    status_rank = df["status"].map(lambda s: 0 if s in BAD else (2 if s == "unsupported" else 1))
+    mark_rank = df["mark"].map(lambda m: rank.get(m, 9)) if "mark" in df.columns else 0
+    return (df.assign(_s=status_rank, _m=mark_rank)
+            .sort_values(["_s", "_m", "worst"], ascending=[True, True, False], na_position="last"))
+
+
+def _case_table(data: ReportData) -> str:
+    with_mark = data.baseline is not None
+    with_backend = data.df["backend"].nunique() > 1 if len(data.df) else False   # one backend: see Environment
+    drill = set(data.drill)
+    records = _order(data.df).to_dict("records") if len(data.df) else []
+    chips = "".join(f'<button class="chip" data-s="{esc(s)}" aria-pressed="true" style="--c:var(--{esc(s)},#888)">'
+                    f'<i></i>{esc(s)}</button>' for s in data.statuses if (data.df["status"] == s).any())
+    marks = ""
+    if with_mark:
+        opts = "".join(f'<option value="{esc(m)}">{esc(m)}</option>' for m in MARKS)
+        marks = f'<select id="mark"><option value="">any baseline mark</option>{opts}</select>'
+    head = (("<th data-t='s'>vs baseline" if with_mark else "")
+            + "<th data-t='s'>status<th data-t='s'>case · what failed · rerun command"
+            + ("<th data-t='s'>backend" if with_backend else "")
+            + "<th data-t='s'>mode<th data-t='s'>dtype<th data-t='s' title='batch × heads × query tokens, page size'>"
+              "shape"
+            + "".join(f"<th data-t='n' title='{esc(tip)}'>{label}" for _, label, tip in METRIC_COLUMNS)
+            + "<th data-t='n'>kernel<br>ms")
+    lines = [_case_row(r, drill, with_mark, with_backend) for r in records]
+    # Only the first PAGE rows (worst first) are laid out; the rest wait in an inert <template>
+    # that the page script draws from on filter, sort or "show more".  Without JS the worst
+    # rows still show, and the file still holds every row.
+    rest = (f'<template id="rest">{"".join(lines[PAGE:])}</template><p class="note" id="nojs">The table shows the '
+            f'first {PAGE} of {len(lines)} rows, worst first; the page script shows the rest.</p>'
+            if len(lines) > PAGE else "")
+    return (f'<h2 id="cases">Cases</h2><div class="tools"><input type="search" id="q" placeholder="filter: words in '
+            f'id, dtype, reason…">{chips}{marks}<span id="shown"></span><button id="more" class="chip" hidden>'
+            f'show {PAGE} more</button></div>'
+            f'<p class="meta">Bars: error over bound on a log axis, 0.001 to 1000; the dark tick in the middle is the '
+            f'bound. Click a header to sort, a case id to open its drill-down; click a rerun command to select it.</p>'
+            f'<div class="tablewrap"><table id="cases-t" data-page="{PAGE}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(lines[:PAGE])}</tbody></table></div>{rest}')
+
+
+def _drilldowns(data: ReportData) -> str:
+    if not data.drill:
+        return ""
+    by_i = data.df.set_index("i")
+    note = ""
+    if data.drill_total > len(data.drill):
+        note = (f'<p class="note" id="drill-cap">Showing {len(data.drill)} of {data.drill_total} failing cases '
+                f'(new failures first, then by error over bound); all are in the table. '
+                f'<code>--max-drilldowns N</code> shows more.</p>')
+    parts = [drilldown.render(i, data.rows[i], by_i.loc[i].to_dict()) for i in data.drill]
+    return f'<h2 id="failures">Failing cases</h2>{note}' + "".join(parts)
+
+
+def render(data: ReportData, title: str = "mla-verify report") -> str:
+    summary = (f'<div class="panels"><div class="panel"><h2>By suite, backend, mode and dtype</h2>'
+               f'{_counts_table(data)}{_unsupported(data)}</div><div class="panel"><h2>Environment</h2>'
+               f'{_env_table(data)}</div></div>')
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>{esc(title)}: {verdict(data)}</title><style>{CSS}</style></head><body><main>"
+            + _header(data, title) + _cards(data) + _baseline(data) + summary + _case_table(data)
+            + _drilldowns(data) + f"</main><div id='tip'></div><script>{JS}</script></body></html>")

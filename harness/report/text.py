@@ -1,0 +1,50 @@
+"""Escaping and number formats shared by the page and its charts."""
+
+import html
+import math
+
+
+def esc(value) -> str:
+    """HTML-escaped text.  '://' is written as entities so that no URL appears in the file's
+    source, even inside an error message: the page must not look like it fetches anything."""
+    return html.escape(str(value), quote=True).replace("://", ":&#47;&#47;")
+
+
+def ratio(v) -> str:
+    """An error over its bound: 0.25, 32.3, 13,600; ∞ for a NaN/inf position mismatch."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if math.isinf(v):
+        return "∞"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 0.01:
+        return f"{v:.2f}"
+    return f"{v:.1e}" if v > 0 else "0"
+
+
+def sci(v) -> str:
+    """A raw value (an element, an error): three significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:.4g}"
+
+
+def short(v) -> str:
+    """The shortest text that keeps a heatmap cell's value readable in its tooltip."""
+    if isinstance(v, str):
+        return v
+    if v is None or math.isnan(v):
+        return "nan"
+    return "inf" if math.isinf(v) else f"{v:.3g}"
+
+
+def seconds(s: float) -> str:
+    if s is None or math.isnan(s):
+        return "–"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, s = divmod(s, 60)
+    return f"{int(m)} min {s:.0f} s" if m < 60 else f"{int(m // 60)} h {int(m % 60)} min"

@@ -1,0 +1,92 @@
+"""Selfcheck: run one suite against every mutant and the clean backend; build the kill matrix.
+
+A mutant is killed when at least one case fails on it (any status other than
+pass or unsupported).  The clean torch backend must pass every case, or the
+matrix proves nothing.  Rows come from ``runner.run_cases``, so a mutant is
+judged by exactly the checks a real kernel is judged by.
+"""
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .backends import load_backend
+from .mutants import MUTANTS
+from .runner import RunSummary, run_cases
+
+CLEAN_SPEC = "torch"
+KILLING = ("fail", "error", "crash", "timeout")
+
+
+def killing_checks(row: dict) -> list[str]:
+    """The checks a failed row names (a row without any names its status instead)."""
+    if row["status"] not in KILLING:
+        return []
+    return list(dict.fromkeys(row.get("failed_checks") or [row["status"]]))
+
+
+@dataclass
+class Verdict:
+    """One backend's rows, and which checks failed on how many cases."""
+
+    spec: str
+    summary: RunSummary
+    bug: str = ""
+    caught_by: tuple = ()
+    kills: Counter = field(default_factory=Counter)   # check -> number of cases it failed
+
+    @property
+    def cases(self) -> int:
+        return len(self.summary.rows)
+
+    @property
+    def killed_cases(self) -> int:
+        return sum(bool(killing_checks(r)) for r in self.summary.rows)
+
+    @property
+    def killed(self) -> bool:
+        return self.killed_cases > 0
+
+    @property
+    def expected_hit(self) -> bool:
+        """Whether one of the checks the mutant was written for is among those that caught it."""
+        return bool(set(self.caught_by) & set(self.kills))
+
+
+@dataclass
+class SelfcheckResult:
+    clean: Verdict
+    mutants: list[Verdict]
+    seconds: float
+
+    @property
+    def survivors(self) -> list[Verdict]:
+        return [m for m in self.mutants if not m.killed]
+
+    @property
+    def clean_ok(self) -> bool:
+        return self.clean.summary.ok
+
+    @property
+    def ok(self) -> bool:
+        return self.clean_ok and not self.survivors
+
+    def checks(self) -> list[str]:
+        seen = Counter()
+        for v in [self.clean, *self.mutants]:
+            seen.update(v.kills)
+        return list(seen)
+
+
+def judge(spec: str, backend, cases, device, writer, progress) -> Verdict:
+    summary = run_cases(cases, backend, spec, device, writer, progress=progress)
+    kills = Counter(c for r in summary.rows for c in killing_checks(r))
+    return Verdict(spec, summary, getattr(backend, "bug", ""), getattr(backend, "caught_by", ()), kills)
+
+
+def run_selfcheck(cases, mutant_names, device, writer, progress=False) -> SelfcheckResult:
+    """The clean backend first, then each mutant on a fresh instance, all in this process."""
+    started = time.perf_counter()
+    clean = judge(CLEAN_SPEC, load_backend(CLEAN_SPEC), cases, device, writer, progress)
+    mutants = [judge(f"mutant:{n}", MUTANTS[n](), cases, device, writer, progress) for n in mutant_names]
+    return SelfcheckResult(clean, mutants, time.perf_counter() - started)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build a report with some failures and screenshot it in headless Debian chromium.
+#
+#   scripts/screenshot_report.sh [OUT.png]      (default docs/report-screenshot.png)
+#
+# Two runs of the smoke suite on the torch kernel with planted bugs, so the page has every
+# kind of mark: an "old build" (a small wrong scale on 128-head decode) is the baseline, a
+# "new build" fixes that but shifts the verify causal mask, scales fp8 output, raises on one
+# group and adds a little error to the rest (a regression under the bound).
+# Env: MLA_VERIFY (the CLI), WINDOW (default 1400,2400), KEEP=DIR (keep the results and HTML).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/report-screenshot.png}
+cli=${MLA_VERIFY:-.venv/bin/mla-verify}
+browser=$(command -v chromium || true)
+if [ -z "$browser" ]; then
+  echo "screenshot_report.sh: chromium is not installed (apt-get install -y chromium)" >&2
+  exit 3
+fi
+work=${KEEP:-$(mktemp -d)}
+mkdir -p "$work"
+cat > "$work/builds.py" <<'PY'
+import torch
+from harness.backends.torch_backend import TorchBackend
+
+
+class OldBuild(TorchBackend):
+    """Last week's kernel: 128-head decode came out 2% too large."""
+    def finalize(self, inputs, out, lse):
+        if inputs.case.heads >= 64:
+            out = out * 1.02
+        return super().finalize(inputs, out, lse)
+
+
+class NewBuild(TorchBackend):
+    """Today's kernel: the 128-head scale is fixed, four new bugs are not."""
+    def visible(self, pos, seq, s_q, causal):          # each draft token also sees the next one
+        return super().visible(pos, seq + 1, s_q, causal)
+
+    def finalize(self, inputs, out, lse):
+        if inputs.case.batch_size == 6:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        out = out * (1.1 if inputs.is_fp8 else 1.003)   # fp8: a wrong scale; bf16: a little drift
+        return super().finalize(inputs, out, lse)
+PY
+# Both runs fail on purpose (exit 1); anything else is a real error.
+for build in OldBuild NewBuild; do
+  rc=0
+  "$cli" run --suite smoke --backend "$work/builds.py:$build" --out "$work/$build.jsonl" --no-progress \
+    > "$work/$build.log" 2>&1 || rc=$?
+  if [ "$rc" -gt 1 ]; then cat "$work/$build.log" >&2; exit "$rc"; fi
+done
+html=$("$cli" report "$work/NewBuild.jsonl" --baseline "$work/OldBuild.jsonl" -o "$work/report.html" \
+       --title "mla-verify report: smoke, new build vs old")
+mkdir -p "$(dirname "$out")"
+profile=$(mktemp -d)
+"$browser" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
+  --disable-component-update --disable-sync --user-data-dir="$profile" --hide-scrollbars \
+  --window-size="${WINDOW:-1400,2400}" --screenshot="$(realpath -m "$out")" "file://$(realpath "$html")" \
+  > "$work/chromium.log" 2>&1 || { cat "$work/chromium.log" >&2; exit 1; }
+rm -rf "$profile"
+[ -n "${KEEP:-}" ] || rm -rf "$work"
+[ -s "$out" ] || { echo "screenshot_report.sh: chromium wrote no screenshot" >&2; exit 1; }
+echo "$out"

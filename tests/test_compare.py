@@ -1,0 +1,177 @@
+"""Comparison at the tolerance boundary, the cosine bound, NaN/inf positions, failure messages."""
+
+import math
+
+import pytest
+import torch
+
+from harness.cases import DTYPES
+from harness.compare import check_tensor, compare, cos_diff, describe_failure, expected_lse_for
+from harness.inputs import TORCH_DTYPES
+from harness.tolerances import END_TO_END, TOLERANCES, Bound, Tolerance, tolerance_for
+
+# dyadic bounds: atol + rtol * |e| and the errors below are exact in float64
+EXACT = Bound(atol=0.5, rtol=0.25, cos_diff=1.0)
+
+
+def expected_tensor(seed=0, shape=(2, 3, 4, 5)):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
+def test_exactly_at_the_bound_passes_and_just_beyond_fails():
+    e = expected_tensor()
+    e[1, 2, 3, 4] = -2.0                               # allowed error there: 0.5 + 0.25 * 2 = 1.0
+    at = e.clone()
+    at[1, 2, 3, 4] = -3.0                              # |err| == 1.0 exactly
+    res = check_tensor("out", at, e, EXACT)
+    assert res.passed and res.violations == 0
+    assert res.worst_ratio == 1.0 and res.worst_index == (1, 2, 3, 4)
+    beyond = e.clone()
+    beyond[1, 2, 3, 4] = torch.nextafter(torch.tensor(-3.0, dtype=torch.float64),
+                                         torch.tensor(-math.inf, dtype=torch.float64))
+    res = check_tensor("out", beyond, e, EXACT)
+    assert not res.passed and res.failures == ["element"] and res.violations == 1
+    assert res.worst_index == (1, 2, 3, 4) and res.worst_ratio > 1.0
+    assert res.worst_actual == float(beyond[1, 2, 3, 4]) and res.worst_expected == -2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_boundary_with_the_shipped_tables(dtype):
+    tol = tolerance_for(dtype)
+    for which in ("out", "lse"):
+        bound = getattr(tol, which)
+        e = expected_tensor(seed=3, shape=(64,)) * 4
+        allowed = bound.atol + bound.rtol * e.abs()
+        sign = torch.where(torch.arange(64) % 2 == 0, 1.0, -1.0).double()
+        inside = check_tensor(which, e + sign * allowed * 0.999, e, Bound(bound.atol, bound.rtol, 1.0))
+        outside = check_tensor(which, e + sign * allowed * 1.001, e, Bound(bound.atol, bound.rtol, 1.0))
+        assert inside.passed and inside.violations == 0, inside
+        assert not outside.passed and outside.violations == 64 and outside.failures == ["element"]
+        assert 1.0009 < outside.worst_ratio < 1.0011
+
+
+def test_relative_part_uses_the_magnitude_of_the_expected_value():
+    e = torch.tensor([-100.0, 100.0], dtype=torch.float64)
+    ok = check_tensor("x", e + torch.tensor([25.5, -25.5], dtype=torch.float64), e, EXACT)   # 0.5 + 25 = 25.5
+    assert ok.passed
+    bad = check_tensor("x", e + torch.tensor([0.0, 25.75], dtype=torch.float64), e, EXACT)
+    assert not bad.passed and bad.worst_index == (1,)
+
+
+def test_cosine_bound_catches_a_small_error_everywhere():
+    e = expected_tensor(seed=1, shape=(4, 2, 8, 32))
+    a = e * 1.009                                      # every element under rtol 1e-2, a 0.9 % scale error
+    bf16 = TOLERANCES["bf16"].out
+    res = check_tensor("out", a, e, bf16)
+    assert res.violations == 0 and res.failures == ["cosine"] and not res.passed
+    assert res.cos_diff == pytest.approx(0.009 ** 2 / (1 + 1.009 ** 2), rel=1e-6)
+    assert "cos diff" in describe_failure("s/g/3", res) and describe_failure("s/g/3", res).startswith("s/g/3: out:")
+
+
+def test_cosine_bound_boundary():
+    e = expected_tensor(seed=2)
+    a = e + 0.01 * expected_tensor(seed=5)
+    value = cos_diff(a, e)
+    assert value > 0
+    assert check_tensor("o", a, e, Bound(10.0, 0.0, value)).passed
+    just_under = float(torch.nextafter(torch.tensor(value, dtype=torch.float64),
+                                       torch.tensor(0.0, dtype=torch.float64)))
+    res = check_tensor("o", a, e, Bound(10.0, 0.0, just_under))
+    assert res.failures == ["cosine"]
+
+
+def test_cos_diff_values():
+    one, zero = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    assert cos_diff(one, zero) == 1.0
+    assert cos_diff(one, one) == 0.0
+    assert cos_diff(2 * one, one) == pytest.approx(1 - 4 / 5)
+    assert cos_diff(torch.zeros(3), torch.zeros(3)) == 0.0
+
+
+@pytest.mark.parametrize("bad,ref", [(math.nan, 0.5), (math.inf, 0.5), (0.5, math.inf), (-math.inf, math.inf),
+                                     (math.nan, math.inf), (0.5, math.nan)])
+def test_nonfinite_position_mismatch_fails_even_with_huge_bounds(bad, ref):
+    e = expected_tensor(seed=4, shape=(3, 4, 6))
+    e[2, 1, 5] = ref
+    a = e.clone()
+    a[2, 1, 5] = bad
+    res = check_tensor("lse", a, e, Bound(atol=1e9, rtol=1e9, cos_diff=1.0))
+    assert not res.passed and "nonfinite" in res.failures
+    assert res.nonfinite_mismatches == 1 and res.first_nonfinite_mismatch == (2, 1, 5)
+    msg = describe_failure("suite/group/7", res)
+    assert msg.startswith("suite/group/7: lse:") and "[2, 1, 5]" in msg
+    # the message names the value found and the value expected there
+    assert f"got {bad:.6g}" in msg and f"expected {ref:.6g}" in msg, msg
+
+
+def test_matching_nonfinite_positions_pass():
+    e = expected_tensor(seed=6, shape=(2, 4, 3))
+    e[0] = math.inf                                    # an empty request: LSE +inf
+    e[1, 2, 0] = math.nan
+    a = e.clone()
+    a[1, 0, 0] += 1e-6
+    res = check_tensor("lse", a, e, TOLERANCES["bf16"].lse)
+    assert res.passed and res.nonfinite_mismatches == 0
+    assert math.isfinite(res.worst_ratio) and res.worst_index == (1, 0, 0)
+
+
+def test_shape_mismatch_fails():
+    e = expected_tensor()
+    res = check_tensor("out", e[:, :2], e, EXACT)
+    assert not res.passed and res.failures == ["shape"]
+    assert describe_failure("a/b/0", res) == "a/b/0: out has shape (2, 2, 4, 5), expected (2, 3, 4, 5)"
+
+
+def test_failure_message_names_case_index_value_expected_and_bound():
+    e = torch.zeros(2, 3, 4, 5, dtype=torch.float64) + 0.25
+    a = e.clone()
+    a[1, 0, 2, 3] = 3.5                                 # the worst
+    a[0, 1, 1, 1] = 1.5                                 # also out of bounds, but less so
+    res = check_tensor("out", a, e, Bound(atol=0.5, rtol=0.0, cos_diff=1.0))
+    msg = describe_failure("smoke/verify-bf16/2", res)
+    assert msg.startswith("smoke/verify-bf16/2: out: 2 element(s) out of bounds")
+    assert "worst at index [1, 0, 2, 3]" in msg
+    assert "got 3.5" in msg and "expected 0.25" in msg and "atol 0.5" in msg, msg
+    assert res.worst_actual == 3.5 and res.worst_expected == 0.25 and res.worst_ratio == 6.5
+    # reads any input dtype (the kernel's bf16 out) against the float64 oracle
+    res16 = check_tensor("out", a.to(torch.bfloat16), e, Bound(atol=0.5, rtol=0.0, cos_diff=1.0))
+    assert res16.worst_index == (1, 0, 2, 3)
+
+
+def test_compare_checks_out_and_lse():
+    e_out, e_lse = expected_tensor(seed=8), expected_tensor(seed=9, shape=(2, 4, 3))
+    checks = compare(e_out.float(), e_lse.float(), e_out, e_lse, TOLERANCES["fp16"])
+    assert [c.name for c in checks] == ["out", "lse"] and all(c.passed for c in checks)
+    bad_lse = e_lse.clone()
+    bad_lse[1, 3, 2] += 1e-3
+    checks = compare(e_out, bad_lse, e_out, e_lse, TOLERANCES["fp16"])
+    assert checks[0].passed and not checks[1].passed and checks[1].worst_index == (1, 3, 2)
+
+
+def test_empty_row_lse_follows_the_backend_convention():
+    e = torch.tensor([[1.0, math.inf], [math.inf, -2.0]], dtype=torch.float64)
+    for value in (math.inf, -math.inf, 0.0, math.nan):
+        conv = expected_lse_for(e, value)
+        assert conv[0, 0] == 1.0 and conv[1, 1] == -2.0
+        assert (math.isnan(conv[0, 1]) and math.isnan(conv[1, 0])) if math.isnan(value) else \
+            (conv[0, 1] == value and conv[1, 0] == value)
+
+
+def test_tolerance_table_has_every_dtype_with_a_rationale():
+    assert set(TOLERANCES) == set(DTYPES) == set(TORCH_DTYPES)
+    for dtype in DTYPES:
+        tol = tolerance_for(dtype)
+        assert isinstance(tol, Tolerance) and tol.rationale.strip()
+        for bound in (tol.out, tol.lse):
+            assert bound.atol > 0 and bound.rtol >= 0 and 0 < bound.cos_diff < 1
+            assert all(math.isfinite(x) for x in (bound.atol, bound.rtol, bound.cos_diff))
+    # fewer mantissa bits, looser bounds
+    assert TOLERANCES["fp16"].out.rtol < TOLERANCES["bf16"].out.rtol < TOLERANCES["fp8_e4m3"].out.rtol
+    # end to end (against the unquantised inputs) covers every fp8 dtype and is looser than the kernel bound
+    assert set(END_TO_END) == {d for d in DTYPES if d.startswith("fp8")}
+    for dtype, e2e in END_TO_END.items():
+        assert e2e.rationale.strip()
+        for which in ("out", "lse"):
+            k, x = getattr(TOLERANCES[dtype], which), getattr(e2e, which)
+            assert x.atol >= k.atol and x.rtol >= k.rtol and x.cos_diff >= k.cos_diff

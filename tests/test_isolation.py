@@ -1,0 +1,76 @@
+"""Crash isolation: a kernel that kills its process or hangs costs one case, not the suite."""
+
+import json
+import textwrap
+
+from harness.cli import main
+
+SUITE = textwrap.dedent('''
+    [suite]
+    seed = 5
+    [defaults]
+    batch_size = 2
+    heads = 4
+    d_qk = 40
+    d_v = 32
+    page_size = 8
+    seqlen = "uniform:1:40"
+    [[group]]
+    name = "g"
+    mode = ["decode", "verify"]
+    draft_tokens = [1, 3]
+    draws = 2
+''')
+
+PLUGIN = textwrap.dedent('''
+    import os, signal, time
+    from harness.backends.torch_backend import TorchBackend
+
+    class Fragile(TorchBackend):
+        """Dies with SIGKILL on case .../1, aborts on .../3 and hangs on .../4."""
+        name = "fragile"
+
+        def run(self, inputs):
+            index = inputs.case.id.rsplit("/", 1)[1]
+            if index == "1":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if index == "3":
+                os.abort()
+            if index == "4":
+                time.sleep(600)
+            return super().run(inputs)
+''')
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_crashing_and_hanging_kernels_do_not_end_the_suite(tmp_path, capsys):
+    suite = tmp_path / "iso.toml"
+    suite.write_text(SUITE)
+    plugin = tmp_path / "fragile.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "r.jsonl"
+    code = main(["run", "--suite", str(suite), "--backend", f"{plugin}:Fragile", "--out", str(out),
+                 "--workers", "1", "--timeout", "20", "--no-progress"])
+    assert code == 1
+    status = {r["case_id"]: r["status"] for r in rows_of(out)}
+    assert len(status) == 6                                  # every case has its row
+    assert status["iso/g/1"] == "crash" and status["iso/g/3"] == "crash"
+    assert status["iso/g/4"] == "timeout"
+    assert [status[f"iso/g/{i}"] for i in (0, 2, 5)] == ["pass"] * 3   # fresh workers carried on
+    reasons = {r["case_id"]: r["reason"] for r in rows_of(out)}
+    assert "SIGKILL" in reasons["iso/g/1"] and "SIGABRT" in reasons["iso/g/3"]
+
+
+def test_resume_skips_recorded_cases_and_fills_in_the_rest(tmp_path, capsys):
+    suite = tmp_path / "iso.toml"
+    suite.write_text(SUITE)
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--suite", str(suite), "--backend", "torch", "--case", "iso/g/2", "--out", str(out),
+                 "--workers", "0", "--no-progress"]) == 0
+    assert main(["run", "--suite", str(suite), "--backend", "torch", "--resume", str(out),
+                 "--workers", "1", "--no-progress"]) == 0
+    ids = [r["case_id"] for r in rows_of(out)]
+    assert sorted(ids) == sorted(f"iso/g/{i}" for i in range(6))   # 2 once, the others added

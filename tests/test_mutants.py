@@ -1,0 +1,165 @@
+"""The mutant zoo: every shipped mutant dies on the selfcheck suite, the clean backend passes.
+
+One selfcheck run is shared by the module; each mutant then gets its own test,
+so a survivor is named in the test id.
+"""
+
+import json
+
+import pytest
+import torch
+
+from harness import scenarios
+from harness.backends import load_backend
+from harness.backends.torch_backend import TorchBackend
+from harness.cases import load_suite
+from harness.cli import main
+from harness.errors import InputError
+from harness.inputs import generate
+from harness.mutants import MUTANTS, names
+from harness.selfcheck import killing_checks, run_selfcheck
+
+# Where each targeted bug may show: a kill anywhere else means the mutant is cruder than its story.
+ONLY_IN_GROUPS = {
+    "causal_plus_one": {"verify", "fp8-fixed-scale", "determinism"},
+    "causal_minus_one": {"verify", "fp8-fixed-scale", "determinism"},
+    "no_causal_mask": {"verify", "fp8-fixed-scale", "determinism"},
+    "no_descale_k": {"fp8", "fp8-fixed-scale"},
+    "no_descale_q": {"fp8", "fp8-fixed-scale"},
+    "bf16_accumulation": {"long-context"},
+    "nan_empty_rows": {"empty-rows"},
+    "nondeterministic": {"determinism"},
+    "loads_padded_pages": {"padding"},
+}
+
+
+class _Discard:
+    def write(self, row):
+        pass
+
+
+@pytest.fixture(scope="module")
+def selfcheck():
+    cases = load_suite("selfcheck").cases
+    return run_selfcheck(cases, names(), "cpu", _Discard())
+
+
+def test_zoo_is_large_and_described():
+    assert len(MUTANTS) >= 16
+    for name, cls in MUTANTS.items():
+        assert issubclass(cls, TorchBackend) and cls is not TorchBackend
+        assert cls.name == f"mutant:{name}"
+        assert cls.bug and len(cls.bug.splitlines()) == 1
+        assert cls.caught_by, f"{name} declares no check expected to catch it"
+
+
+def test_clean_backend_passes_every_case(selfcheck):
+    rows = selfcheck.clean.summary.rows
+    assert rows and all(r["status"] == "pass" for r in rows), \
+        [(r["case_id"], r["status"], r.get("reason")) for r in rows if r["status"] != "pass"]
+
+
+@pytest.mark.parametrize("name", names())
+def test_mutant_is_killed_by_an_expected_check(selfcheck, name):
+    verdict = next(m for m in selfcheck.mutants if m.spec == f"mutant:{name}")
+    assert verdict.killed, f"{name} survived the selfcheck suite ({verdict.bug})"
+    assert verdict.expected_hit, (f"{name} was killed by {dict(verdict.kills)}, none of the "
+                                  f"expected {verdict.caught_by}")
+
+
+@pytest.mark.parametrize("name", sorted(ONLY_IN_GROUPS))
+def test_targeted_mutant_passes_cases_outside_its_bug(selfcheck, name):
+    verdict = next(m for m in selfcheck.mutants if m.spec == f"mutant:{name}")
+    killed_groups = {r["group"] for r in verdict.summary.rows if killing_checks(r)}
+    assert killed_groups and killed_groups <= ONLY_IN_GROUPS[name], killed_groups
+
+
+def test_selfcheck_verdict(selfcheck):
+    assert selfcheck.ok and not selfcheck.survivors
+
+
+def test_mutant_backend_spec_loads_a_fresh_instance():
+    a, b = load_backend("mutant:stale_seqlens"), load_backend("mutant:stale_seqlens")
+    assert isinstance(a, MUTANTS["stale_seqlens"]) and a is not b
+    with pytest.raises(InputError, match="unknown mutant 'nope'"):
+        load_backend("mutant:nope")
+
+
+def _case(suite_case_id):
+    return next(c for c in load_suite("selfcheck").cases if c.id == suite_case_id)
+
+
+def test_nondeterministic_mutant_differs_between_identical_calls():
+    inputs = generate(_case("selfcheck/determinism/0"))
+    for spec, same in (("torch", True), ("mutant:nondeterministic", False)):
+        backend = load_backend(spec)
+        (o1, l1, _), (o2, l2, _) = scenarios.launch(backend, inputs), scenarios.launch(backend, inputs)
+        assert (torch.equal(o1, o2) and torch.equal(l1, l2)) is same, spec
+
+
+def test_stale_seqlens_mutant_is_right_on_its_first_call_only():
+    first, second = generate(_case("selfcheck/decode/0")), generate(_case("selfcheck/decode/1"))
+    assert first.cache_seqlens.tolist() != second.cache_seqlens.tolist()
+    clean, stale = load_backend("torch"), load_backend("mutant:stale_seqlens")
+    assert torch.equal(stale.run(first)[1], clean.run(first)[1])
+    assert not torch.equal(stale.run(second)[1], clean.run(second)[1])
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+TINY = """
+[suite]
+seed = 3
+[[group]]
+name = "decode"
+mode = "decode"
+batch_size = 2
+heads = 8
+seqlen = "uniform:10:100"
+"""
+
+
+@pytest.fixture
+def tiny_suite(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def test_selfcheck_command_passes_when_every_chosen_mutant_dies(tiny_suite, tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    code = main(["selfcheck", "--suite", str(tiny_suite), "--mutant", "lse_base2",
+                 "--mutant", "v_wrong_dims", "--out", str(out), "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "2/2 mutants killed" in text and "verdict: PASSED" in text
+    matrix = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert matrix["lse_base2"].endswith("killed") and matrix["v_wrong_dims"].endswith("killed")
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted({r["backend_spec"] for r in rows}) == ["mutant:lse_base2", "mutant:v_wrong_dims", "torch"]
+    assert len(rows) == 3
+
+
+def test_selfcheck_command_fails_on_a_survivor(tiny_suite, capsys):
+    # the tiny suite has no empty row, so the NaN-from-empty-rows mutant lives
+    code = main(["selfcheck", "--suite", str(tiny_suite), "--mutant", "nan_empty_rows", "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "SURVIVED mutant:nan_empty_rows" in text and "verdict: FAILED" in text
+
+
+def test_selfcheck_command_fails_when_the_clean_backend_fails(tiny_suite, capsys, monkeypatch):
+    monkeypatch.setattr("harness.selfcheck.CLEAN_SPEC", "mutant:lse_base2")
+    code = main(["selfcheck", "--suite", str(tiny_suite), "--mutant", "v_wrong_dims", "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "CLEAN FAIL" in text and "clean backend FAILED" in text
+
+
+def test_selfcheck_markdown_lists_every_chosen_mutant(tiny_suite, capsys):
+    code = main(["selfcheck", "--suite", str(tiny_suite), "--mutant", "wrong_softmax_scale", "--markdown",
+                 "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 0
+    table = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [line.split("`")[1] for line in table] == ["torch (clean)", "wrong_softmax_scale"]
