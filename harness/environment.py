@@ -1,5 +1,6 @@
 """What a result was measured on: recorded once per run, in every row."""
 
+import os
 import platform
 import subprocess
 from functools import lru_cache
@@ -17,7 +18,8 @@ def describe() -> dict:
         "cuda": torch.version.cuda,
         "gpu": None,
         "driver": None,
-        "commit": _git_commit(),
+        # a copied tree (a GPU box without .git) can name its commit in MLA_VERIFY_COMMIT
+        "commit": _git_commit() or os.environ.get("MLA_VERIFY_COMMIT"),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)

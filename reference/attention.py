@@ -82,8 +82,8 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
                           max_elements=2**28, compute_dtype=torch.float64):
     """The same function, padded and vectorised over requests, heads and tokens.
 
-    Requests are processed in chunks so the score tensor stays under
-    ``max_elements`` entries.  Padded key slots are masked with ``where`` (not by
+    Requests are processed in chunks so neither the score tensor nor the
+    gathered keys exceed ``max_elements`` entries.  Padded key slots are masked with ``where`` (not by
     adding -inf), so poisoned (NaN) memory outside a request never leaks in.
     """
     b, s_q, h_q, d_qk = q.shape
@@ -96,7 +96,8 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
     if b == 0:
         return out, lse
     longest = int(seqlens.max().clamp(min=0))
-    per_request = max(1, s_q * h_q * max(longest, 1))
+    # both the scores (s_q * h_q per key) and the gathered keys (h_kv * d_qk per key) count
+    per_request = max(1, max(s_q * h_q, h_kv * d_qk) * max(longest, 1))
     step = max(1, max_elements // per_request)
     i = torch.arange(s_q, device=device)
     for start in range(0, b, step):
