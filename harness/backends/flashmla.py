@@ -35,6 +35,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def fp8_kwargs(descale_q, descale_k) -> dict:
+    """The seed's fp8 call: ``descale_q = descale_k = k_scale`` and the fp8 path selected."""
+    if descale_q is None:
+        return {}
+    return {"descale_q": descale_q, "descale_k": descale_k, "is_fp8_kvcache": True}
+
+
 class TensorMetadataAPI:
     """``sgl_kernel.flash_mla``: metadata and split counts are tensors the caller keeps."""
 
@@ -54,9 +61,7 @@ class TensorMetadataAPI:
         return [tile, splits]
 
     def call(self, q, k_cache, block_table, cache_seqlens, d_v, meta, scale, causal, descale_q, descale_k):
-        kwargs = {}
-        if descale_q is not None:
-            kwargs = {"descale_q": descale_q, "descale_k": descale_k, "is_fp8_kvcache": True}
+        kwargs = fp8_kwargs(descale_q, descale_k)
         return self.m.flash_mla_with_kvcache(
             q=q, k_cache=k_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=d_v,
             tile_scheduler_metadata=meta[0], num_splits=meta[1], softmax_scale=scale, causal=causal, **kwargs)
@@ -87,9 +92,7 @@ class SchedMetaAPI:
         return sched
 
     def call(self, q, k_cache, block_table, cache_seqlens, d_v, meta, scale, causal, descale_q, descale_k):
-        kwargs = {}
-        if descale_q is not None:
-            kwargs = {"descale_q": descale_q, "descale_k": descale_k, "is_fp8_kvcache": True}
+        kwargs = fp8_kwargs(descale_q, descale_k)
         return self.m.flash_mla_with_kvcache(
             q, k_cache, block_table, cache_seqlens, d_v, meta, None, softmax_scale=scale, causal=causal,
             use_legacy=True, **kwargs)
