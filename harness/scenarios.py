@@ -1,8 +1,11 @@
 """Scenarios: what is done with a case's inputs.
 
-``call`` is one kernel call compared with the oracle.  Each scenario returns the
-outcome part of a result row: ``status``, ``reason``, ``metrics`` and, for a
-failure, ``messages`` (one line each) and ``diagnostics``.
+``call`` is one kernel call compared with the oracle; ``determinism`` calls twice
+and wants the same bits; ``padding`` varies table padding and unused-slot
+contents and wants the same bits; ``batch_invariance`` runs each request alone;
+``graph`` (graph.py) captures and replays a CUDA graph.  Each returns the outcome
+part of a result row: ``status``, ``reason``, ``failed_checks``, ``metrics`` and,
+for a failure, ``messages`` (one line each) and ``diagnostics``.
 """
 
 import dataclasses
@@ -42,32 +45,38 @@ def compare_with(case, backend, out, lse, exp_out, exp_lse, tol: Tolerance):
     return check_tensor("out", out, exp_out, tol.out), check_tensor("lse", lse, exp_lse, tol.lse), exp_lse
 
 
-def call(case, backend, device) -> dict:
-    inputs = generate(case, device)
-    out, lse, kernel_ms = launch(backend, inputs)
+def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
+          extra_messages=()) -> dict:
+    """Compare one call's out and LSE with the oracle and build the outcome part of a row.
+
+    ``extra_*`` carry a scenario's own checks (determinism, padding, ...), which gate like the
+    comparison does.
+    """
     t0 = time.perf_counter()
     exp_out, exp_lse = oracle.expected(inputs)
     tol = tolerance_for(case.dtype)
     out_check, lse_check, exp_lse = compare_with(case, backend, out, lse, exp_out, exp_lse, tol)
     checks = {"out": out_check, "lse": lse_check}
     informational = {}
-    if inputs.is_fp8:
+    if inputs.is_fp8 and inputs.q_model is not None:
         # The end-to-end error (against unquantised inputs) includes the engine's quantisation of q
         # and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
         e2e_out, e2e_lse = oracle.expected_model_precision(inputs)
         o, l, _ = compare_with(case, backend, out, lse, e2e_out, e2e_lse, END_TO_END[case.dtype])
         o.name, l.name = "out_end_to_end", "lse_end_to_end"
         informational = {"out_end_to_end": o, "lse_end_to_end": l}
-    _sync(device)
+    _sync(inputs.device)
     ref_ms = (time.perf_counter() - t0) * 1e3
     failed = [c for c in checks.values() if not c.passed]
+    failed_checks = [f"{c.name}.{f}" for c in failed for f in c.failures] + sorted(set(extra_failures))
+    messages = [describe_failure(case.id, c) for c in failed] + list(extra_messages)
     warnings = [describe_failure(case.id, c) for c in informational.values() if not c.passed]
     checks.update(informational)
     outcome = {
-        "status": "fail" if failed else "pass",
-        "reason": "; ".join(f"{c.name}: {'/'.join(c.failures)}" for c in failed) or None,
-        "failed_checks": [f"{c.name}.{f}" for c in failed for f in c.failures],
-        "metrics": {name: c.to_dict() for name, c in checks.items()},
+        "status": "fail" if failed_checks else "pass",
+        "reason": "; ".join(failed_checks) or None,
+        "failed_checks": failed_checks,
+        "metrics": {**{name: c.to_dict() for name, c in checks.items()}, **(extra_metrics or {})},
         "seq_lens": inputs.seq_lens.cpu().tolist(),
         "cache_seqlens": inputs.cache_seqlens.cpu().tolist(),
         "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0]),
@@ -75,10 +84,18 @@ def call(case, backend, device) -> dict:
     }
     if warnings:
         outcome["warnings"] = warnings
+    if messages:
+        outcome["messages"] = messages
     if failed:
-        outcome["messages"] = [describe_failure(case.id, c) for c in failed]
         outcome["diagnostics"] = diagnostics.summarize(inputs, out, lse, exp_out, exp_lse, tol)
     return outcome
+
+
+def call(case, backend, device) -> dict:
+    """One kernel call, compared with the oracle."""
+    inputs = generate(case, device)
+    out, lse, kernel_ms = launch(backend, inputs)
+    return judge(case, backend, inputs, out, lse, kernel_ms)
 
 
 # ---- scenarios beyond one call ------------------------------------------------------------
@@ -101,27 +118,6 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"first at index {idx}: {float(a[tuple(idx)]):.6g} vs {float(b[tuple(idx)]):.6g}"
 
 
-def _with_reference_check(case, backend, inputs, out, lse, extra_failures, extra_metrics, messages):
-    """The scenario's own checks plus the usual comparison of its first call with the oracle."""
-    exp_out, exp_lse = oracle.expected(inputs)
-    tol = tolerance_for(case.dtype)
-    o, l, exp_lse = compare_with(case, backend, out, lse, exp_out, exp_lse, tol)
-    failed_checks = [f"{c.name}.{f}" for c in (o, l) for f in c.failures] + extra_failures
-    messages = [describe_failure(case.id, c) for c in (o, l) if not c.passed] + messages
-    outcome = {
-        "status": "fail" if failed_checks else "pass",
-        "reason": "; ".join(failed_checks) or None,
-        "failed_checks": failed_checks,
-        "metrics": {"out": o.to_dict(), "lse": l.to_dict(), **extra_metrics},
-        "seq_lens": inputs.seq_lens.cpu().tolist(), "cache_seqlens": inputs.cache_seqlens.cpu().tolist(),
-    }
-    if messages:
-        outcome["messages"] = messages
-    if not (o.passed and l.passed):
-        outcome["diagnostics"] = diagnostics.summarize(inputs, out, lse, exp_out, exp_lse, tol)
-    return outcome
-
-
 def determinism(case, backend, device) -> dict:
     """The same call twice must be bitwise equal."""
     inputs = generate(case, device)
@@ -132,8 +128,8 @@ def determinism(case, backend, device) -> dict:
         if not bitwise_equal(a, b):
             failures.append("determinism")
             messages.append(f"{case.id}: {name} differs between two identical calls, {first_difference(a, b)}")
-    return _with_reference_check(case, backend, inputs, out1, lse1, sorted(set(failures)),
-                                 {"determinism": {"bitwise_equal": not failures}}, messages)
+    return judge(case, backend, inputs, out1, lse1, extra_failures=failures,
+                 extra_metrics={"determinism": {"bitwise_equal": not failures}}, extra_messages=messages)
 
 
 def padding_variants(inputs):
@@ -173,8 +169,8 @@ def padding(case, backend, device) -> dict:
             failures.append("padding")
             where = first_difference(o, out) if not bitwise_equal(o, out) else "lse " + first_difference(l, lse)
             messages.append(f"{case.id}: output changes with {name}: {where}")
-    return _with_reference_check(case, backend, inputs, out, lse, sorted(set(failures)),
-                                 {"padding": {"identical": same}}, messages)
+    return judge(case, backend, inputs, out, lse, extra_failures=failures,
+                 extra_metrics={"padding": {"identical": same}}, extra_messages=messages)
 
 
 def request_alone(inputs, r: int):
@@ -208,7 +204,8 @@ def batch_invariance(case, backend, device) -> dict:
                                 describe_failure(case.id, c).split(": ", 1)[1])
     metrics = {"batch_invariance": {"bitwise_equal": bitwise, "max_abs_dev_out": worst_out,
                                     "max_abs_dev_lse": worst_lse}}
-    return _with_reference_check(case, backend, inputs, out, lse, sorted(set(failures)), metrics, messages)
+    return judge(case, backend, inputs, out, lse, extra_failures=failures, extra_metrics=metrics,
+                 extra_messages=messages)
 
 
 def graph(case, backend, device) -> dict:
