@@ -14,9 +14,15 @@ from . import commands
 from .errors import EXIT_BAD_INPUT, InputError
 
 
-def _commands():
-    """Every module in harness/commands, in name order (a new subcommand needs no edit here)."""
+def _commands(only: str | None = None):
+    """The modules in harness/commands, in name order (a new subcommand needs no edit here).
+
+    Module ``NAME_cmd`` is subcommand NAME.  When ``only`` names one, only that module is
+    imported: ``report`` then starts without importing torch.
+    """
     names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if m.name.endswith("_cmd"))
+    if only is not None and f"{only}_cmd" in names:
+        names = [f"{only}_cmd"]
     return [importlib.import_module(f"{commands.__name__}.{n}") for n in names]
 
 
@@ -25,17 +31,18 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="mla-verify", description="Verify paged MLA decode and target-verify kernels.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in _commands():
+    for command in _commands(only):
         command.add_parser(sub)
     return parser
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)
