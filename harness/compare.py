@@ -40,12 +40,15 @@ class TensorCheck:
         return dict(self.__dict__)
 
 
+def cos_diff_from_sums(aa: float, ee: float, ae: float) -> float:
+    """``1 - 2<a,e> / (|a|^2 + |e|^2)`` from the three sums; two zero tensors differ by 0."""
+    return 1 - 2 * ae / (aa + ee) if aa + ee else 0.0
+
+
 def cos_diff(a: torch.Tensor, e: torch.Tensor) -> float:
     a, e = a.double(), e.double()
-    denom = (a * a).sum() + (e * e).sum()
-    if float(denom) == 0.0:
-        return 0.0
-    return float(1 - 2 * (a * e).sum() / denom)
+    aa, ee, ae = torch.stack([(a * a).sum(), (e * e).sum(), (a * e).sum()]).tolist()
+    return cos_diff_from_sums(aa, ee, ae)
 
 
 def _unravel(flat_index: int, shape) -> tuple:
@@ -95,7 +98,7 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
         res.first_nonfinite_expected = float(e.flatten()[first])
     if res.violations:
         res.failures.append("element")
-    res.cos_diff = 1 - 2 * ae / (aa + ee) if aa + ee else 0.0
+    res.cos_diff = cos_diff_from_sums(aa, ee, ae)
     res.rel_l2 = math.sqrt(dd) / math.sqrt(ee) if ee else math.sqrt(dd)
     if res.cos_diff > bound.cos_diff:
         res.failures.append("cosine")

@@ -19,7 +19,7 @@ import torch
 
 from . import oracle
 from .compare import check_tensor, describe_failure, expected_lse_for
-from .inputs import TORCH_DTYPES, Inputs, cache_seqlens_for, draw_seq_lens, poisoned, write_kv
+from .inputs import TORCH_DTYPES, Inputs, cache_seqlens_for, draw_seq_lens, k_scale_for, poisoned, write_kv
 from .pool import PADDING_VALUES, allocate, build_block_table, validate_block_table
 from .scenarios import bitwise_equal, first_difference
 from .tolerances import tolerance_for
@@ -35,7 +35,7 @@ def _real_batch_sizes(bucket: int, gen: torch.Generator) -> list[int]:
 
 
 def run_graph_scenario(case, backend, device) -> dict:
-    from reference import FP8_MAX, quantize_fp8
+    from reference import quantize_fp8
 
     gen = torch.Generator().manual_seed(case.seed)
     bucket, s_q, P = case.batch_size, case.s_q, case.page_size
@@ -51,7 +51,7 @@ def run_graph_scenario(case, backend, device) -> dict:
     pool_model = poisoned(pool_shape, model_dtype, device)
     k_scale = None
     if fp8:
-        k_scale = case.k_scale or float(tokens.abs().max()) / FP8_MAX[TORCH_DTYPES[case.dtype]]
+        k_scale = k_scale_for(case, tokens)
         pool = poisoned(pool_shape, TORCH_DTYPES[case.dtype], device)
         stored = quantize_fp8(tokens, k_scale, TORCH_DTYPES[case.dtype])
     else:

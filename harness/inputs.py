@@ -110,6 +110,14 @@ def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first
     flat[slots.to(pool.device)] = tokens[(starts[request] + t).to(tokens.device)]
 
 
+def k_scale_for(case: Case, tokens: torch.Tensor) -> float:
+    """The case's ``k_scale``, or by default the one that maps the KV's amax to the fp8 maximum."""
+    if case.k_scale is not None:
+        return case.k_scale
+    amax = float(tokens.abs().max()) if tokens.numel() else 1.0
+    return max(amax, 1e-6) / FP8_MAX[TORCH_DTYPES[case.dtype]]
+
+
 def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:
     """Build the inputs of one case."""
     device = torch.device(device)
@@ -138,10 +146,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     kv_pool = pool_model
     if fp8:
         fp8_dtype = TORCH_DTYPES[case.dtype]
-        k_scale = case.k_scale
-        if k_scale is None:
-            amax = float(tokens.abs().max()) if tokens.numel() else 1.0
-            k_scale = max(amax, 1e-6) / FP8_MAX[fp8_dtype]
+        k_scale = k_scale_for(case, tokens)
         kv_pool = poisoned(pool_shape, fp8_dtype, device)
         qtokens = quantize_fp8(tokens, k_scale, fp8_dtype)
         write_kv(kv_pool, layout, qtokens, [0] * b, prefix_end)
