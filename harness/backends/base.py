@@ -30,6 +30,13 @@ class Capabilities:
     non_causal: bool = True
     lse_base: str = "e"                 # "e" or "2"; the harness converts base-2 LSE before comparing
     empty_row_lse: float = math.inf     # what the backend's LSE holds for a row with no visible key
+    has_lse: bool = True                # False: the kernel returns no LSE (run() returns None for it)
+    # Conventions: data the harness reads, never special cases in it.
+    out_dtype: str | None = None        # None: the model dtype (bf16 for fp8 cases); else "bf16", "fp16", ...
+    index_format: str = "page_table"    # "page_table", "csr_pages" or "token_slots": what the kernel indexes by
+    fp8_q: str = "quantized_k_scale"    # fp8 cases: q given "quantized_k_scale" (SGLang's FlashMLA path),
+                                        # "model_dtype" (bf16 q, FlashInfer) or "cast_in_kernel" (SGLang Triton)
+    engine: str = "mla-verify"          # whose calling convention this reproduces, e.g. "sglang:flashmla"
 
     def reason_unsupported(self, case: Case, device: str) -> str | None:
         checks = [
