@@ -51,6 +51,7 @@ class Case:
     extra_pages: int = 4               # unused, poisoned pages in the pool
     scenario: str = "call"
     tags: tuple = field(default=())
+    suite_file: str = ""               # the suite's .toml path when it was given as one (reruns use it)
 
     @property
     def suite(self) -> str:
@@ -78,7 +79,7 @@ class Case:
 LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
           "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20}
 
-CASE_FIELDS = {f.name: f for f in dataclasses.fields(Case) if f.name not in ("id", "seed")}
+CASE_FIELDS = {f.name: f for f in dataclasses.fields(Case) if f.name not in ("id", "seed", "suite_file")}
 GROUP_ONLY_KEYS = {"name", "draws", "seed"}
 
 
@@ -180,7 +181,10 @@ def load_suite(name: str) -> Suite:
         raise InputError(f"{path}: not valid TOML: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
-    return parse_suite(data, path)
+    suite = parse_suite(data, path)
+    if Path(name).suffix == ".toml":     # given as a path: a rerun must name the same file
+        suite.cases = [dataclasses.replace(c, suite_file=str(path)) for c in suite.cases]
+    return suite
 
 
 def parse_suite(data: dict, path: Path) -> Suite:

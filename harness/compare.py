@@ -7,12 +7,13 @@ result carries the worst element (by error over bound), so a failure message
 names where it broke and by how much.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-from .tolerances import Bound, Tolerance
+from .tolerances import Bound
 
 
 @dataclass
@@ -35,6 +36,8 @@ class TensorCheck:
     cos_diff: float = 0.0
     rel_l2: float = 0.0
     bound: dict = field(default_factory=dict)
+    dtype: str | None = None                        # the kernel's dtype, and the one the engine needs
+    expected_dtype: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -59,8 +62,29 @@ def _unravel(flat_index: int, shape) -> tuple:
     return tuple(reversed(idx))
 
 
-def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound) -> TensorCheck:
-    """Check one tensor against the oracle's; both are read as float64 on the same device."""
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound,
+                 expected_dtype: torch.dtype | None = None, actual_dtype: torch.dtype | None = None) -> TensorCheck:
+    """Check one tensor against the oracle's; both are read as float64 on the same device.
+
+    With ``expected_dtype``, a kernel output of another dtype fails the ``dtype``
+    check even when its values are right: the engine that consumes it would break.
+    ``actual_dtype`` is the kernel's dtype when ``actual`` was converted (a base-2 LSE).
+    """
+    res = _check_values(name, actual, expected, bound)
+    if expected_dtype is not None:
+        actual_dtype = actual.dtype if actual_dtype is None else actual_dtype
+        res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(expected_dtype)
+        if actual_dtype != expected_dtype:
+            res.failures.insert(0, "dtype")
+            res.passed = False
+    return res
+
+
+def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound) -> TensorCheck:
     if tuple(actual.shape) != tuple(expected.shape):
         return TensorCheck(name, tuple(expected.shape), False, ["shape"],
                            bound={"expected_shape": list(expected.shape), "actual_shape": list(actual.shape)})
@@ -111,12 +135,14 @@ def expected_lse_for(expected_lse: torch.Tensor, empty_row_lse: float) -> torch.
     return torch.where(torch.isposinf(expected_lse), torch.full_like(expected_lse, empty_row_lse), expected_lse)
 
 
-def compare(out, lse, expected_out, expected_lse, tol: Tolerance) -> list[TensorCheck]:
-    return [check_tensor("out", out, expected_out, tol.out), check_tensor("lse", lse, expected_lse, tol.lse)]
-
-
 def describe_failure(case_id: str, check: TensorCheck) -> str:
     """One line naming the case, the check, the worst element, its value and the bound."""
+    if check.failures == ["dtype"]:
+        return f"{case_id}: {check.name} has dtype {check.dtype}, expected {check.expected_dtype}"
+    if "dtype" in check.failures:
+        rest = dataclasses.replace(check, failures=[f for f in check.failures if f != "dtype"])
+        return (f"{case_id}: {check.name} has dtype {check.dtype}, expected {check.expected_dtype}; "
+                + describe_failure(case_id, rest).split(": ", 1)[1])
     if "shape" in check.failures:
         return (f"{case_id}: {check.name} has shape {tuple(check.bound['actual_shape'])}, "
                 f"expected {tuple(check.bound['expected_shape'])}")

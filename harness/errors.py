@@ -9,4 +9,4 @@ class InputError(Exception):
     """Bad input from the user; never a bug in mla-verify or in a kernel."""
 
 
-EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT = 0, 1, 2
+from .status import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_NOTHING_VERIFIED, EXIT_OK  # noqa: E402, F401  (defined once)

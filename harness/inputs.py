@@ -30,6 +30,16 @@ TORCH_DTYPES = {
 }
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """A dtype by the case's short name (``bf16``) or torch's own (``float32``)."""
+    if name in TORCH_DTYPES:
+        return TORCH_DTYPES[name]
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype '{name}'")
+    return dtype
+
+
 @dataclass
 class Inputs:
     """What a backend is called with.  Tensors live on ``device``."""
@@ -65,6 +75,11 @@ class Inputs:
     @property
     def causal(self) -> bool:
         return self.case.causal
+
+    @property
+    def model_dtype(self) -> torch.dtype:
+        """The model's dtype: q's, or for fp8 cases the dtype q had before quantisation."""
+        return (self.q if self.q_model is None else self.q_model).dtype
 
     @property
     def is_fp8(self) -> bool:

@@ -43,7 +43,7 @@ def _worker_main(conn, backend_spec, device, threads):
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
-        sticky = (device == "cuda" and row["status"] == "error"
+        sticky = (device == "cuda" and row["status"] in ("error", "harness_error")
                   and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
         if sticky:
             row = {**row, "status": "crash", "reason": f"CUDA context lost: {row['reason']}"}

@@ -16,7 +16,8 @@ import torch
 
 from . import diagnostics, oracle
 from .compare import check_tensor, describe_failure, expected_lse_for
-from .inputs import Inputs, generate
+from .inputs import Inputs, generate, torch_dtype
+from .phases import KERNEL, phase
 from .pool import validate_block_table
 from .tolerances import END_TO_END, Tolerance, tolerance_for
 
@@ -26,23 +27,42 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def build_inputs(case, device) -> Inputs:
+    with phase("inputs"):
+        return generate(case, device)
+
+
 def launch(backend, inputs: Inputs):
-    """Gate, run and time one kernel call; returns ``(out, lse, kernel_ms)``."""
+    """Gate, run and time one kernel call; returns the kernel's own ``(out, lse, kernel_ms)``."""
     validate_block_table(inputs.block_table, inputs.cache_seqlens, inputs.kv_pool.shape[0],
                          inputs.kv_pool.shape[1])
     _sync(inputs.device)
-    t0 = time.perf_counter()
-    out, lse = backend.run(inputs)
-    _sync(inputs.device)
+    with phase(KERNEL):
+        t0 = time.perf_counter()
+        out, lse = backend.run(inputs)
+        _sync(inputs.device)     # an asynchronous kernel fault surfaces here, still in the kernel's phase
     kernel_ms = (time.perf_counter() - t0) * 1e3
-    if backend.capabilities.lse_base == "2":
-        lse = lse.double() * math.log(2)
     return out, lse, kernel_ms
 
 
-def compare_with(case, backend, out, lse, exp_out, exp_lse, tol: Tolerance):
-    exp_lse = expected_lse_for(exp_lse, backend.capabilities.empty_row_lse)
-    return check_tensor("out", out, exp_out, tol.out), check_tensor("lse", lse, exp_lse, tol.lse), exp_lse
+def lse_base_e(lse: torch.Tensor, capabilities) -> torch.Tensor:
+    """The kernel's LSE in natural log, as the oracle gives it."""
+    return lse.double() * math.log(2) if capabilities.lse_base == "2" else lse
+
+
+def expected_out_dtype(inputs: Inputs, capabilities) -> torch.dtype:
+    """What the engine needs: the model dtype (bf16 for fp8 cases), unless the backend declares its own."""
+    return torch_dtype(capabilities.out_dtype) if capabilities.out_dtype else inputs.model_dtype
+
+
+def compare_with(backend, inputs, out, lse, exp_out, exp_lse, tol: Tolerance):
+    caps = backend.capabilities
+    exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
+    out_check = check_tensor("out", out, exp_out, tol.out, expected_out_dtype(inputs, caps))
+    # LSE's values are read in base e; its dtype is checked as the kernel returned it
+    lse_check = check_tensor("lse", lse_base_e(lse, caps), exp_lse, tol.lse, torch_dtype(caps.lse_dtype),
+                             actual_dtype=lse.dtype)
+    return out_check, lse_check, exp_lse
 
 
 def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
@@ -53,19 +73,23 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
     comparison does.
     """
     t0 = time.perf_counter()
-    exp_out, exp_lse = oracle.expected(inputs)
+    with phase("oracle"):
+        exp_out, exp_lse = oracle.expected(inputs)
+        e2e = None
+        if inputs.is_fp8 and inputs.q_model is not None:
+            e2e = oracle.expected_model_precision(inputs)
     tol = tolerance_for(case.dtype)
-    out_check, lse_check, exp_lse = compare_with(case, backend, out, lse, exp_out, exp_lse, tol)
-    checks = {"out": out_check, "lse": lse_check}
-    informational = {}
-    if inputs.is_fp8 and inputs.q_model is not None:
-        # The end-to-end error (against unquantised inputs) includes the engine's quantisation of q
-        # and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
-        e2e_out, e2e_lse = oracle.expected_model_precision(inputs)
-        o, l, _ = compare_with(case, backend, out, lse, e2e_out, e2e_lse, END_TO_END[case.dtype])
-        o.name, l.name = "out_end_to_end", "lse_end_to_end"
-        informational = {"out_end_to_end": o, "lse_end_to_end": l}
-    _sync(inputs.device)
+    with phase("compare"):
+        out_check, lse_check, exp_lse = compare_with(backend, inputs, out, lse, exp_out, exp_lse, tol)
+        checks = {"out": out_check, "lse": lse_check}
+        informational = {}
+        if e2e is not None:
+            # The end-to-end error (against unquantised inputs) includes the engine's quantisation of q
+            # and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
+            o, l, _ = compare_with(backend, inputs, out, lse, *e2e, END_TO_END[case.dtype])
+            o.name, l.name = "out_end_to_end", "lse_end_to_end"
+            informational = {"out_end_to_end": o, "lse_end_to_end": l}
+        _sync(inputs.device)
     ref_ms = (time.perf_counter() - t0) * 1e3
     failed = [c for c in checks.values() if not c.passed]
     failed_checks = [f"{c.name}.{f}" for c in failed for f in c.failures] + sorted(set(extra_failures))
@@ -87,13 +111,14 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
     if messages:
         outcome["messages"] = messages
     if failed:
-        outcome["diagnostics"] = diagnostics.summarize(inputs, out, lse, exp_out, exp_lse, tol)
+        outcome["diagnostics"] = diagnostics.summarize(inputs, out, lse_base_e(lse, backend.capabilities),
+                                                       exp_out, exp_lse, tol)
     return outcome
 
 
 def call(case, backend, device) -> dict:
     """One kernel call, compared with the oracle."""
-    inputs = generate(case, device)
+    inputs = build_inputs(case, device)
     out, lse, kernel_ms = launch(backend, inputs)
     return judge(case, backend, inputs, out, lse, kernel_ms)
 
@@ -120,7 +145,7 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
 
 def determinism(case, backend, device) -> dict:
     """The same call twice must be bitwise equal."""
-    inputs = generate(case, device)
+    inputs = build_inputs(case, device)
     out1, lse1, _ = launch(backend, inputs)
     out2, lse2, _ = launch(backend, inputs)
     failures, messages = [], []
@@ -159,7 +184,7 @@ def padding_variants(inputs):
 
 def padding(case, backend, device) -> dict:
     """Table padding (-1, 1, a huge id) and unused-slot contents (NaN, large values) must not matter."""
-    inputs = generate(case, device)
+    inputs = build_inputs(case, device)
     out, lse, _ = launch(backend, inputs)
     failures, messages, same = [], [], {}
     for name, variant in padding_variants(inputs).items():
@@ -185,7 +210,7 @@ def request_alone(inputs, r: int):
 
 def batch_invariance(case, backend, device) -> dict:
     """Each request alone against inside the batch: report the deviation, bounded by the dtype's tolerance."""
-    inputs = generate(case, device)
+    inputs = build_inputs(case, device)
     out, lse, _ = launch(backend, inputs)
     tol = tolerance_for(case.dtype)
     failures, messages = [], []

@@ -1,32 +1,54 @@
-"""The console summary of a run: counts by suite, mode and dtype, then the failures."""
+"""The console summary of a run: what was verified, counts by suite, mode and dtype, the failures, the verdict."""
 
 import sys
 from collections import Counter
 
-COLUMNS = ("pass", "fail", "error", "crash", "timeout", "unsupported")
+from .status import STATUSES, gates
+
+COLUMNS = STATUSES
+
+
+def verified_backends(rows) -> list[str]:
+    """One line per backend: its name, package, version and API form, as the rows record them."""
+    seen = {}
+    for r in rows:
+        info = r.get("backend_info") if isinstance(r.get("backend_info"), dict) else {}
+        package = " ".join(str(x) for x in (info.get("package"), info.get("version")) if x)
+        api = f", {info['api']}" if info.get("api") else ""
+        seen.setdefault(r.get("backend", "?"), f"{r.get('backend', '?')} ({package or 'no package'}{api})")
+    return list(seen.values())
 
 
 def print_summary(summary, results_path, out=None, max_messages=20):
     out = out or sys.stdout          # looked up per call: callers may redirect stdout
-    rows = summary.rows
+    rows = summary.all_rows
+    print(f"verified: {'; '.join(verified_backends(rows)) or 'nothing'}", file=out)
+    for note in summary.selection:
+        print(f"  auto: {note}", file=out)
     groups = Counter()
     for r in rows:
-        groups[(r["suite"], r["mode"], r["dtype"], r["status"])] += 1
-    keys = sorted({k[:3] for k in groups})
-    header = f"{'suite':<18} {'mode':<7} {'dtype':<9}" + "".join(f"{c:>12}" for c in COLUMNS)
+        groups[(r.get("backend", "?"), r["suite"], r["mode"], r["dtype"], r["status"])] += 1
+    keys = sorted({k[:4] for k in groups})
+    widths = [max(8, len(c) + 2) for c in COLUMNS]
+    header = (f"{'backend':<16} {'suite':<18} {'mode':<7} {'dtype':<9}"
+              + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths)))
     print(header, file=out)
     print("-" * len(header), file=out)
     for k in keys:
-        print(f"{k[0]:<18} {k[1]:<7} {k[2]:<9}" + "".join(f"{groups[(*k, c)]:>12}" for c in COLUMNS), file=out)
+        print(f"{k[0]:<16} {k[1]:<18} {k[2]:<7} {k[3]:<9}"
+              + "".join(f"{groups[(*k, c)]:>{w}}" for c, w in zip(COLUMNS, widths)), file=out)
     totals = Counter(r["status"] for r in rows)
     print("-" * len(header), file=out)
-    print(f"{'total':<36}" + "".join(f"{totals[c]:>12}" for c in COLUMNS), file=out)
-    bad = [r for r in rows if r["status"] not in ("pass", "unsupported")]
+    print(f"{'total':<53}" + "".join(f"{totals[c]:>{w}}" for c, w in zip(COLUMNS, widths)), file=out)
+    bad = [r for r in rows if gates(r["status"])]
     shown = 0
     for r in bad:
-        for line in r.get("messages") or [f"{r['case_id']}: {r['status']}: {r.get('reason')}"]:
+        lines = r.get("messages") or [f"{r['case_id']}: {r['status']}: {r.get('reason')}"]
+        for line in lines:
             if shown < max_messages:
                 print(f"FAIL {line}\n     rerun: {r['rerun']}", file=out)
+                for frame in (r.get("traceback") or [])[-2:] if line is lines[-1] else []:
+                    print(f"     at {frame}", file=out)
             shown += 1
     if shown > max_messages:
         print(f"... and {shown - max_messages} more failure line(s) in {results_path}", file=out)
@@ -38,9 +60,10 @@ def print_summary(summary, results_path, out=None, max_messages=20):
     unsupported = Counter(r.get("reason") for r in rows if r["status"] == "unsupported")
     for reason, n in unsupported.most_common(5):
         print(f"unsupported ({n}): {reason}", file=out)
-    print(f"{len(rows)} case(s) in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} cases/s); "
-          f"results: {results_path}", file=out)
-    if rows and totals["unsupported"] == len(rows):
-        print("warning: every case was unsupported by this backend; nothing was verified", file=out)
-    verdict = "PASSED" if summary.ok else "FAILED"
-    print(f"verdict: {verdict}", file=out)
+    kept = f", {len(summary.previous)} kept from the resumed file" if summary.previous else ""
+    print(f"{len(summary.rows)} case(s) run in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} cases/s)"
+          f"{kept}; results: {results_path}", file=out)
+    verdict = summary.verdict
+    if verdict.name == "NOTHING VERIFIED":
+        print("no case was verified against a kernel: every case was unsupported here (reasons above)", file=out)
+    print(f"verdict: {verdict.name} (exit {verdict.exit_code})", file=out)

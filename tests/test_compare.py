@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.cases import DTYPES
-from harness.compare import check_tensor, compare, cos_diff, describe_failure, expected_lse_for
+from harness.compare import check_tensor, cos_diff, describe_failure, expected_lse_for
 from harness.inputs import TORCH_DTYPES
 from harness.tolerances import END_TO_END, TOLERANCES, Bound, Tolerance, tolerance_for
 
@@ -139,14 +139,20 @@ def test_failure_message_names_case_index_value_expected_and_bound():
     assert res16.worst_index == (1, 0, 2, 3)
 
 
-def test_compare_checks_out_and_lse():
-    e_out, e_lse = expected_tensor(seed=8), expected_tensor(seed=9, shape=(2, 4, 3))
-    checks = compare(e_out.float(), e_lse.float(), e_out, e_lse, TOLERANCES["fp16"])
-    assert [c.name for c in checks] == ["out", "lse"] and all(c.passed for c in checks)
+def test_wrong_dtype_fails_its_own_check_even_with_right_values():
+    e_out = expected_tensor(seed=8)
+    right = check_tensor("out", e_out.to(torch.bfloat16), e_out, TOLERANCES["bf16"].out, torch.bfloat16)
+    assert right.passed and right.dtype == "bfloat16"
+    wrong = check_tensor("out", e_out.float(), e_out, TOLERANCES["bf16"].out, torch.bfloat16)
+    assert not wrong.passed and wrong.failures == ["dtype"] and wrong.dtype == "float32"
+    assert describe_failure("s/g/0", wrong) == "s/g/0: out has dtype float32, expected bfloat16"
+    e_lse = expected_tensor(seed=9, shape=(2, 4, 3))
     bad_lse = e_lse.clone()
-    bad_lse[1, 3, 2] += 1e-3
-    checks = compare(e_out, bad_lse, e_out, e_lse, TOLERANCES["fp16"])
-    assert checks[0].passed and not checks[1].passed and checks[1].worst_index == (1, 3, 2)
+    bad_lse[1, 3, 2] += 1.0
+    both = check_tensor("lse", bad_lse, e_lse, TOLERANCES["fp16"].lse, torch.float32)
+    assert both.failures[0] == "dtype" and "element" in both.failures and both.worst_index == (1, 3, 2)
+    msg = describe_failure("s/g/0", both)
+    assert msg.startswith("s/g/0: lse has dtype float64, expected float32; lse: 1 element(s)"), msg
 
 
 def test_empty_row_lse_follows_the_backend_convention():

@@ -25,10 +25,15 @@ def test_without_a_kernel_every_case_is_unsupported_with_a_reason():
         assert "CUDA" in row["reason"] or "FlashMLA" in row["reason"]
 
 
-def test_auto_falls_back_to_torch_without_a_kernel():
-    from harness.backends import auto_backend
-    expected = "flashmla" if (torch.cuda.is_available() and api is not None) else "torch"
-    assert auto_backend().name == expected
+def test_auto_falls_back_to_torch_without_a_kernel_and_says_why():
+    from harness.backends import resolve_auto
+    chosen, notes = resolve_auto("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available() and api is not None:
+        assert "flashmla" in chosen and "flashmla: runs here" in notes
+    else:
+        assert chosen == ["torch"]
+        assert any(n.startswith("flashmla: ") and "runs here" not in n for n in notes), notes
+        assert "not a kernel" in notes[-1]
 
 
 @needs_kernel

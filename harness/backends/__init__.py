@@ -22,10 +22,15 @@ def _flashmla():
     return FlashMLABackend()
 
 
+# The real kernels, each imported from its own package.  ``auto`` runs every one that imports.
+KERNELS = {
+    "flashmla": _flashmla,
+}
+
 BUILTIN = {
     "reference": ReferenceBackend,
     "torch": TorchBackend,
-    "flashmla": _flashmla,
+    **KERNELS,
 }
 
 
@@ -33,18 +38,55 @@ def builtin_names() -> list[str]:
     return [*BUILTIN, "auto"]
 
 
-def auto_backend() -> Backend:
-    """The best backend this machine can run: FlashMLA if it loads on a GPU, else torch."""
-    try:
-        flash = _flashmla()
-    except ImportError:
-        return TorchBackend()
-    return flash if flash.available() else TorchBackend()
+def kernel_availability(device: str) -> dict[str, str | None]:
+    """For each real kernel: None if it runs on ``device`` here, else why not (its import error)."""
+    why = {}
+    for name, factory in KERNELS.items():
+        try:
+            backend = factory()
+        except Exception as e:    # a wheel built for another torch fails on import
+            why[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            continue
+        if device != "cuda":
+            why[name] = "needs a CUDA device (none in use here)"
+        elif not backend.available():
+            why[name] = backend.availability()
+        else:
+            why[name] = None
+    return why
+
+
+def resolve_auto(device: str) -> tuple[list[str], list[str]]:
+    """``auto``: every real kernel that runs here, else the pure-PyTorch backend; and why, line by line."""
+    why = kernel_availability(device)
+    chosen = [name for name, reason in why.items() if reason is None]
+    notes = [f"{name}: {'runs here' if reason is None else reason}" for name, reason in why.items()]
+    if not chosen:
+        chosen = ["torch"]
+        notes.append("no real kernel runs here: auto verifies the pure-PyTorch 'torch' backend, "
+                     "which checks the harness, not a kernel")
+    return chosen, notes
+
+
+def expand_specs(spec: str, device: str) -> tuple[list[str], list[str]]:
+    """``--backend a,b,auto``: the backend specs to run, in order, and notes on how ``auto`` resolved."""
+    specs, notes = [], []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if part == "auto":
+            chosen, notes = resolve_auto(device)
+            specs.extend(chosen)
+        else:
+            specs.append(part)
+    if not specs:
+        raise InputError("--backend: no backend given")
+    return list(dict.fromkeys(specs)), notes
 
 
 def load_backend(spec: str) -> Backend:
     if spec == "auto":
-        return auto_backend()
+        return BUILTIN[resolve_auto("cuda" if _cuda() else "cpu")[0][0]]()
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.startswith("mutant:"):
@@ -69,6 +111,11 @@ def load_backend(spec: str) -> Backend:
     return backend
 
 
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def _import_plugin(spec: str, where: str):
     try:
         if where.endswith(".py"):
@@ -88,4 +135,5 @@ def _import_plugin(spec: str, where: str):
         raise InputError(f"backend '{spec}': cannot import {where}: {type(e).__name__}: {e}") from None
 
 
-__all__ = ["Backend", "Capabilities", "BUILTIN", "auto_backend", "builtin_names", "load_backend"]
+__all__ = ["Backend", "Capabilities", "BUILTIN", "KERNELS", "builtin_names", "expand_specs", "kernel_availability",
+           "load_backend", "resolve_auto"]

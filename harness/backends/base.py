@@ -32,7 +32,8 @@ class Capabilities:
     empty_row_lse: float = math.inf     # what the backend's LSE holds for a row with no visible key
     has_lse: bool = True                # False: the kernel returns no LSE (run() returns None for it)
     # Conventions: data the harness reads, never special cases in it.
-    out_dtype: str | None = None        # None: the model dtype (bf16 for fp8 cases); else "bf16", "fp16", ...
+    out_dtype: str | None = None        # None: the model dtype (bf16 for fp8 cases); else "bf16", "float32", ...
+    lse_dtype: str = "float32"          # every engine keeps LSE in float32
     index_format: str = "page_table"    # "page_table", "csr_pages" or "token_slots": what the kernel indexes by
     fp8_q: str = "quantized_k_scale"    # fp8 cases: q given "quantized_k_scale" (SGLang's FlashMLA path),
                                         # "model_dtype" (bf16 q, FlashInfer) or "cast_in_kernel" (SGLang Triton)
@@ -53,6 +54,12 @@ class Capabilities:
         if not case.causal and not self.non_causal:
             return "non-causal attention not supported"
         return None
+
+    def conventions(self) -> dict:
+        """The conventions a row records: how the kernel was called and what its outputs mean."""
+        return {"engine": self.engine, "index_format": self.index_format, "fp8_q": self.fp8_q,
+                "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse, "has_lse": self.has_lse,
+                "out_dtype": self.out_dtype, "lse_dtype": self.lse_dtype}
 
     def describe(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

@@ -117,6 +117,7 @@ class FlashMLABackend(Backend):
         modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3"), devices=("cuda",),
         page_sizes=(PAGE_SIZE,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,
         lse_base="e", empty_row_lse=float("inf"),
+        index_format="page_table", fp8_q="quantized_k_scale", engine="sglang FlashMLABackend (flashmla_backend.py)",
     )
 
     def __init__(self):

@@ -1,11 +1,13 @@
 """The oracle itself as a backend: float64, no rounding.  A baseline, and a check of the harness."""
 
 from ..oracle import expected
-from .base import Backend
+from .base import Backend, Capabilities
 
 
 class ReferenceBackend(Backend):
     name = "reference"
+    # the oracle itself, unrounded: no engine consumes it, so it declares float64 outputs
+    capabilities = Capabilities(out_dtype="float64", lse_dtype="float64", engine="none (the oracle)")
 
     def info(self):
         return {"package": "mla-verify", "version": None, "api": "reference.mla_attention_batched"}

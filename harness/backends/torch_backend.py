@@ -100,8 +100,7 @@ class TorchBackend(Backend):
         return out.transpose(1, 2), lse
 
     def finalize(self, inputs, out, lse):
-        out_dtype = torch.float16 if inputs.case.dtype == "fp16" else torch.bfloat16
-        return out.to(out_dtype), lse.float()
+        return out.to(inputs.model_dtype), lse.float()
 
     # ---- the kernel --------------------------------------------------------------------
     def run(self, inputs):

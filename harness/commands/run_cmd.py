@@ -1,25 +1,36 @@
-"""``mla-verify run``: run suites against a backend, write results, print a summary."""
+"""``mla-verify run``: run suites against one or more backends, write results, print a summary."""
 
 import sys
 import time
 from pathlib import Path
 
 from .. import cases as case_mod
-from ..backends import load_backend
-from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from .. import junit
+from ..backends import KERNELS, expand_specs, load_backend
+from ..errors import InputError
 from ..results import ResultsWriter, read_rows
-from ..runner import default_device, run_cases
+from ..runner import RunSummary, default_device, run_cases
+from ..status import Status
 from ..summary import print_summary
+
+# Rows --resume keeps.  A crash, timeout, error or harness error may be transient (a killed
+# process, a full GPU), so those cases run again and their new row supersedes the old one.
+KEPT_ON_RESUME = (Status.PASS.value, Status.FAIL.value, Status.UNSUPPORTED.value)
 
 
 def add_parser(sub):
-    p = sub.add_parser("run", help="run suites against a backend")
+    p = sub.add_parser("run", help="run suites against one or more backends")
     p.add_argument("--suite", required=True, help="suite name(s), comma-separated, or a path to a .toml file")
     p.add_argument("--backend", default="auto",
-                   help="reference, torch, flashmla, auto (default), module:NAME or file.py:NAME")
+                   help="comma-separated: reference, torch, a kernel (mla-verify list), auto (default: every real "
+                        "kernel that runs here, else torch), module:NAME or file.py:NAME")
+    p.add_argument("--require-kernel", action="store_true",
+                   help="exit 2 before running anything unless a real kernel (not torch/reference) is verified")
     p.add_argument("--case", help="run only this case id (suite/group/index)")
     p.add_argument("--out", help="results file (JSONL); default reports/results-<time>.jsonl")
-    p.add_argument("--resume", metavar="FILE", help="append to FILE, skipping cases it already records")
+    p.add_argument("--resume", metavar="FILE", help="append to FILE; cases it records as pass, fail or unsupported "
+                   "are kept, the rest run (again); the verdict covers every kept and new row")
+    p.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML file: one testcase per case and backend")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes that run the kernel (default 1); 0 runs in this process, "
@@ -36,6 +47,25 @@ def load_suites(spec: str):
     return [case_mod.load_suite(n.strip()) for n in names]
 
 
+def previous_rows(path: str, backend_name: str, case_ids: set) -> tuple[list[dict], int]:
+    """The rows --resume keeps (the latest of each asked-for case on this backend), and how many it found."""
+    latest = {}
+    for row in read_rows(path):
+        if row.get("backend") == backend_name and row.get("case_id") in case_ids:
+            latest[row["case_id"]] = row
+    return [r for r in latest.values() if r.get("status") in KEPT_ON_RESUME], len(latest)
+
+
+def check_writable(path: str):
+    """Fail before the run, not after it, when a requested output cannot be written."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise InputError(f"--junit-xml {path}: cannot write: {e.strerror or e}") from None
+
+
 def main(args) -> int:
     suites = load_suites(args.suite)
     cases = case_mod.select(suites, args.case)
@@ -48,19 +78,42 @@ def main(args) -> int:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
     if not args.timeout > 0:
         raise InputError(f"--timeout must be positive, got {args.timeout}")
-    backend = load_backend(args.backend)
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
+    specs, auto_notes = expand_specs(args.backend, device)
+    for note in auto_notes:
+        print(f"mla-verify: auto: {note}", file=sys.stderr)
+    if args.require_kernel and not any(s in KERNELS for s in specs):
+        raise InputError("--require-kernel: no real kernel will be verified here ("
+                         + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
+    backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
+    if args.junit_xml:
+        check_writable(args.junit_xml)
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    done = set()
-    if args.resume and Path(args.resume).exists():
-        done = {r["case_id"] for r in read_rows(args.resume) if r.get("backend_spec") == args.backend}
+    resuming = bool(args.resume) and Path(args.resume).exists()
+    summary = RunSummary(selection=auto_notes)
+    case_ids = {c.id for c in cases}
     with ResultsWriter(path, append=bool(args.resume)) as writer:
-        print(f"mla-verify: {len(cases) - len(done & {c.id for c in cases})} case(s) from "
-              f"{', '.join(s.name for s in suites)} on backend {backend.name} ({device}); results -> {path}",
-              file=sys.stderr)
-        summary = run_cases(cases, backend, args.backend, device, writer, skip_ids=done,
-                            progress=not args.no_progress and sys.stderr.isatty(),
-                            workers=args.workers, timeout_s=args.timeout)
+        for spec, backend in backends:
+            kept, recorded = previous_rows(path, backend.name, case_ids) if resuming else ([], 0)
+            summary.previous.extend(kept)
+            if resuming:
+                print(f"mla-verify: resume: {path} records {recorded} of these cases on {backend.name}; "
+                      f"{len(kept)} kept ({_tally(kept)}), {recorded - len(kept)} crash/timeout/error row(s) "
+                      f"run again", file=sys.stderr)
+            print(f"mla-verify: {len(cases) - len(kept)} case(s) from {', '.join(s.name for s in suites)} on "
+                  f"backend {backend.name} ({device}); results -> {path}", file=sys.stderr)
+            run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
+                      progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
+                      timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes})
     print_summary(summary, path)
-    return EXIT_OK if summary.ok else EXIT_FAILURES
+    if args.junit_xml:
+        junit.write(args.junit_xml, summary.all_rows)
+    return summary.verdict.exit_code
+
+
+def _tally(rows) -> str:
+    counts = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"

@@ -1,0 +1,43 @@
+"""Which phase of a case raised: the kernel's fault or the harness's.
+
+A case runs in phases: ``inputs`` (build q, the pool and the tables), ``kernel``
+(the backend's call), ``oracle`` (the float64 reference) and ``compare``.  An
+exception in ``kernel`` is the kernel's ``error``; one anywhere else is a
+``harness_error``, never blamed on the kernel.
+"""
+
+import traceback
+from contextlib import contextmanager
+
+from .errors import InputError
+
+KERNEL = "kernel"
+
+
+class PhaseError(Exception):
+    """An exception raised inside a phase, with the phase's name."""
+
+    def __init__(self, phase: str, error: BaseException):
+        super().__init__(f"{phase}: {type(error).__name__}: {error}")
+        self.phase, self.error = phase, error
+
+
+@contextmanager
+def phase(name: str):
+    try:
+        yield
+    except (InputError, PhaseError):
+        raise
+    except Exception as e:
+        raise PhaseError(name, e).with_traceback(e.__traceback__) from e
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" \
+        or "out of memory" in str(error).lower()
+
+
+def last_frames(error: BaseException, n: int = 4) -> list[str]:
+    """The last ``n`` frames of the traceback as ``file:line in function``, so a plug-in author finds the line."""
+    frames = traceback.extract_tb(error.__traceback__)[-n:]
+    return [f"{f.filename}:{f.lineno} in {f.name}" for f in frames]
