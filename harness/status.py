@@ -7,10 +7,10 @@ diff.  Pure Python (no torch), so ``report`` starts fast.
 
 from collections import Counter
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     PASS = "pass"                    # every check within its bound
     FAIL = "fail"                    # the kernel answered, and a check is out of bounds
     UNSUPPORTED = "unsupported"      # the backend declares it cannot run the case (reason quoted)

@@ -289,7 +289,7 @@ def test_baseline_marks(runs):
     fixed_base = runs["dir"] / "fixed-base.jsonl"
     fixed_base.write_text(json.dumps(dict(old_fail, status="fail")) + "\n")
 
-    tree, _ = report(runs, "diff.html", "--baseline", base, fixed_base)
+    tree, _ = report(runs, "diff.html", "--baseline", base, "--baseline", fixed_base)
     marks = {}
     for tr in case_rows(tree):
         cid = next(c for c in (r["case_id"] for r in cur) if c in tr.content())
@@ -328,7 +328,7 @@ def test_large_results_stay_lean(runs, tmp_path):
     with path.open("w") as f:
         for k in range(2000):
             f.write(json.dumps(dict(rows[k % len(rows)], case_id=f"big/{k % 7}/{k}")) + "\n")
-    out = write_report([path], tmp_path / "big.html")
+    out, _ = write_report([path], tmp_path / "big.html")
     tree = Tree(out.read_text(encoding="utf-8"))
     laid_out = [r for r in tree.root.one("table", id="cases-t").all("tr") if "data-s" in r.attrs]
     assert len(laid_out) == PAGE and len(case_rows(tree)) == 2000

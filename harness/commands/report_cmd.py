@@ -3,7 +3,7 @@
 import sys
 import time
 
-from ..errors import EXIT_OK, InputError
+from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
 
@@ -13,8 +13,11 @@ def add_parser(sub):
     p.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) (JSONL); a later row of the same "
                    "case and backend supersedes an earlier one")
     p.add_argument("-o", "--out", help="report file; default reports/report-<time>.html")
-    p.add_argument("--baseline", nargs="+", action="extend", metavar="OLD",
-                   help="older results file(s): mark new failures, fixed cases and metric regressions")
+    p.add_argument("--baseline", action="append", metavar="OLD",
+                   help="an older results file (repeat for several): mark new failures, fixed cases and "
+                        "metric regressions")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when a case that passed in the baseline no longer passes (with --baseline)")
     p.add_argument("--max-drilldowns", type=int, default=MAX_DRILLDOWNS, metavar="N",
                    help=f"drill-downs for at most N failing cases (default {MAX_DRILLDOWNS})")
     p.add_argument("--regression-factor", type=float, default=FACTOR, metavar="X",
@@ -32,11 +35,30 @@ def main(args) -> int:
         raise InputError(f"--regression-factor: must be at least 1, got {args.regression_factor:g}")
     if not args.regression_floor >= 0:
         raise InputError(f"--regression-floor: must be at least 0, got {args.regression_floor:g}")
+    if args.fail_on_regression and not args.baseline:
+        raise InputError("--fail-on-regression needs --baseline OLD")
     out = args.out or f"reports/report-{time.strftime('%Y%m%d-%H%M%S')}.html"
     if out.endswith("/"):
         raise InputError(f"-o {out}: names a directory; give a file name such as {out}report.html")
-    path = write_report(args.results, out, args.baseline or (), args.max_drilldowns, args.title,
-                        args.regression_factor, args.regression_floor)
+    path, data = write_report(args.results, out, args.baseline or (), args.max_drilldowns, args.title,
+                              args.regression_factor, args.regression_floor)
     print(path)
+    if args.fail_on_regression:
+        lost = no_longer_passing(data.df)
+        for case_id, backend, status in lost[:20]:
+            print(f"regression: {case_id} [{backend}] passed in the baseline, now {status}")
+        if len(lost) > 20:
+            print(f"... and {len(lost) - 20} more")
+        sys.stdout.flush()
+        if lost:
+            return EXIT_FAILURES
     sys.stdout.flush()
     return EXIT_OK
+
+
+def no_longer_passing(df) -> list[tuple[str, str, str]]:
+    """(case, backend, status now) of every case that passed in the baseline and does not pass now."""
+    if not len(df) or "base_status" not in df.columns:
+        return []
+    lost = df[(df["base_status"] == "pass") & (df["status"] != "pass")]
+    return list(zip(lost["case_id"], lost["backend"], lost["status"], strict=True))

@@ -3,15 +3,17 @@
 import sys
 
 from .. import cases as case_mod
+from .. import junit
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..mutants import MUTANTS
 from ..results import ResultsWriter
 from ..runner import default_device
 from ..selfcheck import run_selfcheck
-from .run_cmd import load_suites
+from ..status import gates
+from .run_cmd import check_writable, load_suites
 
 CHECK_ORDER = ("out", "lse", "out_end_to_end", "lse_end_to_end")
-KIND_ORDER = ("element", "cosine", "nonfinite", "shape")
+KIND_ORDER = ("element", "cosine", "nonfinite", "shape", "dtype")
 SHORT = {"element": "elem", "cosine": "cos", "nonfinite": "nonf", "_end_to_end": ".e2e"}
 
 
@@ -23,6 +25,8 @@ def add_parser(sub):
     p.add_argument("--out", help="also write every row (all backends) to this JSONL file")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--markdown", action="store_true", help="print the kill matrix as a markdown table")
+    p.add_argument("--junit-xml", metavar="PATH",
+                   help="also write a JUnit XML file: one testcase per mutant (killed passes) and the clean backend")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=main)
 
@@ -105,6 +109,8 @@ def main(args) -> int:
         import torch
         if not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA device is available here")
+    if args.junit_xml:
+        check_writable(args.junit_xml)
     writer = ResultsWriter(args.out) if args.out else _NoFile()   # opened first: a bad --out runs nothing
     try:
         print(f"mla-verify: selfcheck of {len(names)} mutant(s) and the clean backend on {len(cases)} case(s) "
@@ -114,7 +120,23 @@ def main(args) -> int:
     finally:
         writer.close()
     (print_markdown if args.markdown else print_matrix)(result)
+    if args.junit_xml:
+        junit.write(args.junit_xml, junit_rows(result), name="mla-verify selfcheck")
     return report(result, args.out)
+
+
+def junit_rows(result) -> list[dict]:
+    """One row per mutant (passes when killed) and one for the clean backend (passes when it passes)."""
+    clean_failures = [r["case_id"] for r in result.clean.summary.rows if gates(r["status"])]
+    rows = [{"case_id": "clean", "backend": "selfcheck", "suite": "selfcheck", "wall_s": 0.0,
+             "status": "fail" if clean_failures else "pass",
+             "messages": [f"clean: the clean backend failed {', '.join(clean_failures)}"]}]
+    for m in result.mutants:
+        name = m.spec.removeprefix("mutant:")
+        rows.append({"case_id": name, "backend": "selfcheck", "suite": "selfcheck", "wall_s": 0.0,
+                     "status": "pass" if m.killed else "fail",
+                     "messages": [f"{name}: survived ({m.bug}); expected to be caught by {', '.join(m.caught_by)}"]})
+    return rows
 
 
 def report(result, out_path) -> int:
@@ -122,7 +144,7 @@ def report(result, out_path) -> int:
     if unsupported:
         print(f"warning: {unsupported} case(s) unsupported by the clean backend verify nothing")
     for row in result.clean.summary.rows:
-        if row["status"] not in ("pass", "unsupported"):
+        if gates(row["status"]):
             print(f"CLEAN FAIL {row['case_id']}: {row['status']}: {row.get('reason')}")
     for m in result.survivors:
         print(f"SURVIVED {m.spec}: {m.bug}; expected to be caught by {', '.join(m.caught_by)}")

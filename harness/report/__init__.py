@@ -31,8 +31,9 @@ def build(results, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
 def write_report(results, out, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
                  title: str = "mla-verify report", factor: float = baseline_mod.FACTOR,
                  floor: float = baseline_mod.FLOOR) -> Path:
-    """Build and write the report; returns its path.  Bad paths raise ``InputError``."""
-    html = render(build(results, baselines, max_drilldowns, factor, floor), title)
+    """Build and write the report; returns its path and data.  Bad paths raise ``InputError``."""
+    data = build(results, baselines, max_drilldowns, factor, floor)
+    html = render(data, title)
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -40,10 +41,12 @@ def write_report(results, out, baselines=(), max_drilldowns: int = MAX_DRILLDOWN
         tmp.write_text(html, encoding="utf-8")
         os.replace(tmp, out)       # a reader never sees half a report
     except OSError as e:
-        if tmp.parent.is_dir():
+        try:                        # a read-only filesystem refuses the cleanup too
             tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise InputError(f"cannot write report {out}: {e.strerror or e}") from None
-    return out
+    return out, data
 
 
 __all__ = ["MAX_DRILLDOWNS", "build", "write_report"]

@@ -66,7 +66,7 @@ p.rr code{display:inline;background:#f2f4f7;padding:2px 6px;border-radius:3px;co
 td.m{min-width:78px;text-align:right;background:linear-gradient(90deg,transparent calc(50% - 1px),#4b5563 0,
 #4b5563 calc(50% + 1px),transparent 0) 0 22px/100% 6px no-repeat,linear-gradient(90deg,var(--c) var(--w),
 #eef0f3 0) 0 22px/100% 6px no-repeat;padding-bottom:12px}
-td.m{white-space:nowrap}td.m.hot{color:#a3151b;font-weight:600}
+td.m{white-space:nowrap}td.m.hot{color:#a3151b;font-weight:600}td.m.warn{color:#8a5a00}
 .dd{overflow-x:auto;background:var(--card);border:1px solid var(--line);border-left:5px solid var(--fail);
 border-radius:6px;padding:12px 16px;margin:14px 0}
 .dd .top{font-size:12px;font-weight:400;margin-left:10px}

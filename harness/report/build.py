@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..errors import InputError
-from ..results import STATUSES, read_rows
+from ..results import read_rows
+from ..status import GATING, STATUSES, Verdict, verdict_of
 
-BAD = ("fail", "error", "crash", "timeout")          # statuses that fail the gate
+BAD = GATING          # statuses that fail the gate
 CHECKS = ("out", "lse", "out_end_to_end", "lse_end_to_end")
 GROUP_BY = ["suite", "backend", "mode", "dtype"]
 
@@ -170,6 +171,7 @@ class ReportData:
     env: list
     timing: dict
     unsupported: list
+    verdict: Verdict                            # the same verdict the CLI gives these rows
     baseline: dict | None = None                # see baseline.compare
     drill: list[int] = field(default_factory=list)    # row indices that get a drill-down
     drill_total: int = 0                        # failing rows (drill-downs may be capped)
@@ -181,7 +183,7 @@ def collect(paths) -> ReportData:
     df = frame(rows)
     return ReportData(sources=[(p, len(rs)) for p, rs in per_file], rows=rows, df=df, superseded=superseded,
                       counts=counts(df), statuses=status_columns(df), env=environment(rows),
-                      timing=timing(df), unsupported=unsupported_reasons(df))
+                      timing=timing(df), unsupported=unsupported_reasons(df), verdict=verdict_of(rows))
 
 
 def choose_drilldowns(df: pd.DataFrame, limit: int) -> tuple[list[int], int]:

@@ -8,6 +8,7 @@ cells carry their bar as two CSS gradients and the value to sort by in
 import math
 import time
 
+from ..summary import verified_backends
 from . import drilldown, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
@@ -18,18 +19,13 @@ STATUS_HELP = {
     "pass": "every check within its bound", "fail": "a check out of bounds",
     "error": "the kernel or its adapter raised", "crash": "the process running the kernel died",
     "timeout": "the case ran past its time limit", "unsupported": "the backend declares it cannot run the case",
+    "harness_error": "building the inputs, the oracle or the comparison raised: not the kernel's fault",
 }
 
 
 def verdict(data: ReportData) -> str:
-    df = data.df
-    if not len(df):
-        return "EMPTY"
-    if df["status"].isin(BAD).any():
-        return "FAILED"
-    if (df["status"] == "unsupported").all():
-        return "NOTHING VERIFIED"
-    return "PASSED"
+    """The CLI's verdict on the same rows (harness.status.verdict_of)."""
+    return data.verdict.name
 
 
 def _header(data: ReportData, title: str) -> str:
@@ -37,8 +33,14 @@ def _header(data: ReportData, title: str) -> str:
     src = ", ".join(f"{esc(p)} ({n} rows)" for p, n in data.sources)
     sup = (f" · {data.superseded} earlier row(s) superseded by a later row of the same case and backend"
            if data.superseded else "")
+    verified = "; ".join(verified_backends(data.rows)) or "nothing"
+    selection = sorted({note for r in data.rows for note in (r.get("selection") or [])})
+    auto = "".join(f"<li>{esc(n)}</li>" for n in selection)
     return (f'<header><h1>{esc(title)}</h1><span class="verdict v-{v.split()[0]}" id="verdict">{v}</span>'
-            f'<span class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {src}{sup}</span></header>')
+            f'<span class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {src}{sup}</span></header>'
+            f'<p class="meta" id="verified">verified: {esc(verified)}</p>'
+            + (f'<details class="meta" id="selection"><summary>how auto chose</summary><ul>{auto}</ul></details>'
+               if auto else ""))
 
 
 def _cards(data: ReportData) -> str:
@@ -125,14 +127,19 @@ METRIC_COLUMNS = [   # (frame column, header, header tooltip)
     ("out_ratio", "out<br>|err|/bound", "out: worst |err| / (atol + rtol·|expected|)"),
     ("out_cos", "out<br>cos/bound", "out: cos diff / its bound"),
     ("lse_ratio", "LSE<br>|err|/bound", "LSE: worst |err| / (atol + rtol·|expected|)"),
-    ("out_end_to_end_ratio", "fp8 e2e<br>|err|/bound", "fp8: out against the reference on the unquantised inputs"),
+    ("out_end_to_end_ratio", "fp8 e2e<br>|err|/bound<br>(warning)",
+     "fp8: out against the reference on the unquantised inputs. A warning, never gating: it measures the "
+     "engine's quantisation of q and KV, which no kernel can undo"),
 ]
+WARNING_ONLY = {"out_end_to_end_ratio"}   # shown, never gating: no red for values over 1
 
 
-def _metric(v) -> str:
+def _metric(v, warning_only: bool = False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return '<td data-v="">'
-    return (f'<td class="m{" hot" if v > 1 else ""}" style="--w:{svg.bar_width(v):.0f}%;--c:{svg.colour(v)}" '
+    over = " warn" if warning_only else " hot"
+    colour = "#b7791f" if warning_only and v > 1 else svg.colour(v)
+    return (f'<td class="m{over if v > 1 else ""}" style="--w:{svg.bar_width(v):.0f}%;--c:{colour}" '
             f'data-v="{v:.4g}">{ratio(v)}')
 
 
@@ -156,7 +163,7 @@ def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
     if with_backend:
         cells.append(f'<td class="bk">{esc(r["backend"])}')
     cells.append(f'<td>{esc(r["mode"])}<td>{esc(r["dtype"])}<td>{shape}')
-    cells.extend(_metric(r.get(col)) for col, _, _ in METRIC_COLUMNS)
+    cells.extend(_metric(r.get(col), col in WARNING_ONLY) for col, _, _ in METRIC_COLUMNS)
     ms = r.get("kernel_ms")
     cells.append(f'<td class="n">{"" if ms is None or math.isnan(ms) else f"{ms:.3g}"}</tr>')
     return "".join(cells)
