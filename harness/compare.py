@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .checks import Kind
 from .tolerances import Bound
 
 
@@ -21,7 +22,7 @@ class TensorCheck:
     name: str
     shape: tuple
     passed: bool
-    failures: list = field(default_factory=list)   # check names that failed: nonfinite, element, cosine
+    failures: list = field(default_factory=list)   # the Kind of each failed check
     nonfinite_mismatches: int = 0
     first_nonfinite_mismatch: tuple | None = None
     first_nonfinite_actual: float | None = None     # the values there: a failure line names both
@@ -79,14 +80,14 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
         actual_dtype = actual.dtype if actual_dtype is None else actual_dtype
         res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(expected_dtype)
         if actual_dtype != expected_dtype:
-            res.failures.insert(0, "dtype")
+            res.failures.insert(0, Kind.DTYPE.value)
             res.passed = False
     return res
 
 
 def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound) -> TensorCheck:
     if tuple(actual.shape) != tuple(expected.shape):
-        return TensorCheck(name, tuple(expected.shape), False, ["shape"],
+        return TensorCheck(name, tuple(expected.shape), False, [Kind.SHAPE.value],
                            bound={"expected_shape": list(expected.shape), "actual_shape": list(actual.shape)})
     a = actual.to(expected.device).double()
     e = expected.double()
@@ -115,17 +116,17 @@ def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound
     res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
     res.worst_index = _unravel(int(flat), shape)
     if res.nonfinite_mismatches:
-        res.failures.append("nonfinite")
+        res.failures.append(Kind.NONFINITE.value)
         first = int(first_mismatch)
         res.first_nonfinite_mismatch = _unravel(first, shape)
         res.first_nonfinite_actual = float(a.flatten()[first])
         res.first_nonfinite_expected = float(e.flatten()[first])
     if res.violations:
-        res.failures.append("element")
+        res.failures.append(Kind.ELEMENT.value)
     res.cos_diff = cos_diff_from_sums(aa, ee, ae)
     res.rel_l2 = math.sqrt(dd) / math.sqrt(ee) if ee else math.sqrt(dd)
     if res.cos_diff > bound.cos_diff:
-        res.failures.append("cosine")
+        res.failures.append(Kind.COSINE.value)
     res.passed = not res.failures
     return res
 
@@ -135,27 +136,31 @@ def expected_lse_for(expected_lse: torch.Tensor, empty_row_lse: float) -> torch.
     return torch.where(torch.isposinf(expected_lse), torch.full_like(expected_lse, empty_row_lse), expected_lse)
 
 
-def describe_failure(case_id: str, check: TensorCheck) -> str:
-    """One line naming the case, the check, the worst element, its value and the bound."""
-    if check.failures == ["dtype"]:
-        return f"{case_id}: {check.name} has dtype {check.dtype}, expected {check.expected_dtype}"
-    if "dtype" in check.failures:
-        rest = dataclasses.replace(check, failures=[f for f in check.failures if f != "dtype"])
-        return (f"{case_id}: {check.name} has dtype {check.dtype}, expected {check.expected_dtype}; "
-                + describe_failure(case_id, rest).split(": ", 1)[1])
-    if "shape" in check.failures:
-        return (f"{case_id}: {check.name} has shape {tuple(check.bound['actual_shape'])}, "
+def describe(check: TensorCheck) -> str:
+    """One line naming the check, the worst element, its value and the bound (no case id)."""
+    if check.failures == [Kind.DTYPE]:
+        return f"{check.name} has dtype {check.dtype}, expected {check.expected_dtype}"
+    if Kind.DTYPE in check.failures:
+        rest = dataclasses.replace(check, failures=[f for f in check.failures if f != Kind.DTYPE])
+        return f"{check.name} has dtype {check.dtype}, expected {check.expected_dtype}; {describe(rest)}"
+    if Kind.SHAPE in check.failures:
+        return (f"{check.name} has shape {tuple(check.bound['actual_shape'])}, "
                 f"expected {tuple(check.bound['expected_shape'])}")
-    if "nonfinite" in check.failures:
-        return (f"{case_id}: {check.name}: {check.nonfinite_mismatches} NaN/inf position(s) differ from the "
+    if Kind.NONFINITE in check.failures:
+        return (f"{check.name}: {check.nonfinite_mismatches} NaN/inf position(s) differ from the "
                 f"reference, first at index {list(check.first_nonfinite_mismatch)}: "
                 f"got {check.first_nonfinite_actual:.6g}, expected {check.first_nonfinite_expected:.6g}")
     b = check.bound
     worst = (f"worst at index {list(check.worst_index)}: got {check.worst_actual:.6g}, "
              f"expected {check.worst_expected:.6g} (|err| {abs(check.worst_actual - check.worst_expected):.3g} "
              f"> atol {b['atol']:g} + rtol {b['rtol']:g}·|expected|, {check.worst_ratio:.3g}x the bound)")
-    if "element" in check.failures:
-        return f"{case_id}: {check.name}: {check.violations} element(s) out of bounds; {worst}"
-    return (f"{case_id}: {check.name}: cos diff {check.cos_diff:.3g} > bound {b['cos_diff']:g}; "
+    if Kind.ELEMENT in check.failures:
+        return f"{check.name}: {check.violations} element(s) out of bounds; {worst}"
+    return (f"{check.name}: cos diff {check.cos_diff:.3g} > bound {b['cos_diff']:g}; "
             f"worst at index {list(check.worst_index)}: got {check.worst_actual:.6g}, "
             f"expected {check.worst_expected:.6g}")
+
+
+def describe_failure(case_id: str, check: TensorCheck) -> str:
+    """``describe`` with the case id in front: the line a user reads."""
+    return f"{case_id}: {describe(check)}"

@@ -18,7 +18,7 @@ import dataclasses
 import torch
 
 from . import oracle
-from .compare import check_tensor, describe_failure, expected_lse_for
+from .compare import check_tensor, describe, describe_failure, expected_lse_for
 from .inputs import TORCH_DTYPES, Inputs, cache_seqlens_for, draw_seq_lens, k_scale_for, poisoned, write_kv
 from .pool import PADDING_VALUES, allocate, build_block_table, validate_block_table
 from .scenarios import bitwise_equal, first_difference
@@ -134,7 +134,7 @@ def run_graph_scenario(case, backend, device) -> dict:
         if not dev_check.passed:
             failures.append("graph.vs_engine_eager")
             messages.append(f"{case.id}: step {step}: replay vs the engine's eager call: "
-                            + describe_failure(case.id, dev_check).split(": ", 1)[1])
+                            + describe(dev_check))
         exp_out, exp_lse = oracle.expected(inputs)
         exp_lse = expected_lse_for(exp_lse, backend.capabilities.empty_row_lse)
         co, cl = check_tensor("out", out_g, exp_out, tol.out), check_tensor("lse", lse_g, exp_lse, tol.lse)

@@ -29,9 +29,6 @@ class Status(StrEnum):
         """Whether the kernel's answer was compared with the oracle."""
         return self in (Status.PASS, Status.FAIL)
 
-    def __str__(self) -> str:
-        return self.value
-
 
 STATUSES = tuple(s.value for s in Status)
 GATING = tuple(s.value for s in Status if s.gates)

@@ -3,7 +3,7 @@
 import sys
 
 from .. import cases as case_mod
-from .. import junit
+from .. import checks, junit
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..mutants import MUTANTS
 from ..results import ResultsWriter
@@ -11,10 +11,6 @@ from ..runner import default_device
 from ..selfcheck import run_selfcheck
 from ..status import gates
 from .run_cmd import check_writable, load_suites
-
-CHECK_ORDER = ("out", "lse", "out_end_to_end", "lse_end_to_end")
-KIND_ORDER = ("element", "cosine", "nonfinite", "shape", "dtype")
-SHORT = {"element": "elem", "cosine": "cos", "nonfinite": "nonf", "_end_to_end": ".e2e"}
 
 
 def add_parser(sub):
@@ -49,20 +45,6 @@ def _mutant_names(chosen) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _order(check: str):
-    """Tensor checks first (out, lse, then end to end; element, cosine, nonfinite), then scenarios."""
-    tensor, _, kind = check.rpartition(".")
-    rank = CHECK_ORDER.index(tensor) if tensor in CHECK_ORDER else len(CHECK_ORDER)
-    kind_rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
-    return rank, tensor or check, kind_rank, kind
-
-
-def _short(check: str) -> str:
-    for long, short in SHORT.items():
-        check = check.replace(long, short)
-    return check
-
-
 def _rows(result):
     """(name, killed/cases, {check: count}, verdict) for the clean backend and each mutant."""
     clean = result.clean
@@ -75,27 +57,27 @@ def _rows(result):
 
 def print_matrix(result, out=None):
     out = out or sys.stdout   # looked up per call, so a redirected stdout is honoured
-    checks = sorted(result.checks(), key=_order)
-    heads = [_short(c) for c in checks]
+    columns = sorted(result.checks(), key=checks.order)
+    heads = [checks.short(c) for c in columns]
     widths = [max(len(h), 3) for h in heads]
     name_w = max(len(r[0]) for r in _rows(result))
     print(f"{'mutant':<{name_w}}  {'cases':>6}  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths))
           + "  verdict", file=out)
     for name, ratio, kills, verdict in _rows(result):
-        cells = "  ".join(f"{kills.get(c) or '.':>{w}}" for c, w in zip(checks, widths))
+        cells = "  ".join(f"{kills.get(c) or '.':>{w}}" for c, w in zip(columns, widths))
         print(f"{name:<{name_w}}  {ratio:>6}  {cells}  {verdict}", file=out)
 
 
 def print_markdown(result, out=None):
     out = out or sys.stdout
-    checks = sorted(result.checks(), key=_order)
+    columns = sorted(result.checks(), key=checks.order)
     print("| mutant | bug class modelled | expected check | killed (cases) | "
-          + " | ".join(f"`{c}`" for c in checks) + " |", file=out)
-    print("|---|---|---|---|" + "---|" * len(checks), file=out)
+          + " | ".join(f"`{c}`" for c in columns) + " |", file=out)
+    print("|---|---|---|---|" + "---|" * len(columns), file=out)
     verdicts = [result.clean, *result.mutants]
     for (name, ratio, kills, verdict), v in zip(_rows(result), verdicts):
         expected = ", ".join(f"`{c}`" for c in v.caught_by) or "none: must pass"
-        cells = " | ".join(str(kills.get(c) or "") for c in checks)
+        cells = " | ".join(str(kills.get(c) or "") for c in columns)
         print(f"| `{name}` | {v.bug or 'the clean torch split-KV backend'} | {expected} | {ratio} {verdict} | "
               f"{cells} |", file=out)
 

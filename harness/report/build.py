@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..checks import TENSOR_NAMES, over_bound
 from ..errors import InputError
 from ..results import read_rows
 from ..status import GATING, STATUSES, Verdict, verdict_of
 
 BAD = GATING          # statuses that fail the gate
-CHECKS = ("out", "lse", "out_end_to_end", "lse_end_to_end")
+CHECKS = TENSOR_NAMES
 GROUP_BY = ["suite", "backend", "mode", "dtype"]
 
 
@@ -65,12 +66,7 @@ def _check_columns(metrics: dict) -> dict:
         if not isinstance(m, dict):
             cols[f"{name}_ratio"] = cols[f"{name}_cos"] = math.nan
             continue
-        bound = m.get("bound") if isinstance(m.get("bound"), dict) else {}
-        cos_bound = num(bound.get("cos_diff"))
-        # a NaN/inf position that differs counts as infinitely far over the bound (as in diagnostics)
-        nonfinite = num(m.get("nonfinite_mismatches")) > 0
-        cols[f"{name}_ratio"] = math.inf if nonfinite else num(m.get("worst_ratio"))
-        cols[f"{name}_cos"] = num(m.get("cos_diff")) / cos_bound if cos_bound > 0 else math.nan
+        cols[f"{name}_ratio"], cols[f"{name}_cos"] = over_bound(m)
     return cols
 
 

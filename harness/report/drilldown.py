@@ -8,17 +8,13 @@ of error over bound; the worst elements with their indices and values.
 
 import math
 
+from ..checks import BY_TENSOR, TENSOR_NAMES
 from . import svg
 from .baseline import GROWTH_MARKS, describe_growth
 from .text import esc, ratio, sci
 
-CHECK_LABELS = {
-    "out": ("out", "kernel output vs the float64 reference on the same inputs"),
-    "out_end_to_end": ("out, end to end", "vs the reference on the unquantised inputs (adds fp8 quantisation)"),
-    "lse": ("LSE", "log-sum-exp vs the reference"),
-    "lse_end_to_end": ("LSE, end to end", "vs the reference on the unquantised inputs"),
-}
-ORDER = ("out", "out_end_to_end", "lse", "lse_end_to_end")   # kernel and end-to-end side by side
+# kernel and end-to-end side by side: out, out end to end, LSE, LSE end to end
+ORDER = tuple(sorted(TENSOR_NAMES, key=lambda n: TENSOR_NAMES.index(n.removesuffix("_end_to_end"))))
 OUT_AXES = ("request", "query token", "head", "d_v")
 
 
@@ -36,7 +32,7 @@ def _checks_table(metrics: dict) -> str:
         m = metrics.get(name)
         if not isinstance(m, dict):
             continue
-        label, what = CHECK_LABELS[name]
+        label, what = BY_TENSOR[name].label, BY_TENSOR[name].what
         b = m.get("bound") if isinstance(m.get("bound"), dict) else {}
         cos, cos_b = svg.value(m.get("cos_diff")), svg.value(b.get("cos_diff"))
         verdict = "✓ pass" if m.get("passed") else "✗ " + ", ".join(map(str, m.get("failures") or []))
@@ -66,7 +62,7 @@ def _scenario_metrics(metrics: dict) -> str:
     """A scenario's own numbers (determinism, batch invariance, ...), as short key=value lines."""
     items = []
     for name, m in metrics.items():
-        if name in CHECK_LABELS or not isinstance(m, dict):
+        if name in BY_TENSOR or not isinstance(m, dict):
             continue
         pairs = ", ".join(f"{k}={sci(v) if isinstance(v, float) else v}" for k, v in list(m.items())[:12])
         items.append(f"<li><b>{esc(name)}</b>: {esc(pairs)}")

@@ -8,6 +8,7 @@ cells carry their bar as two CSS gradients and the value to sort by in
 import math
 import time
 
+from ..checks import BY_TENSOR, TENSORS
 from ..summary import verified_backends
 from . import drilldown, svg
 from .assets import CSS, JS
@@ -127,11 +128,10 @@ METRIC_COLUMNS = [   # (frame column, header, header tooltip)
     ("out_ratio", "out<br>|err|/bound", "out: worst |err| / (atol + rtol·|expected|)"),
     ("out_cos", "out<br>cos/bound", "out: cos diff / its bound"),
     ("lse_ratio", "LSE<br>|err|/bound", "LSE: worst |err| / (atol + rtol·|expected|)"),
-    ("out_end_to_end_ratio", "fp8 e2e<br>|err|/bound<br>(warning)",
-     "fp8: out against the reference on the unquantised inputs. A warning, never gating: it measures the "
-     "engine's quantisation of q and KV, which no kernel can undo"),
+    ("out_end_to_end_ratio", "fp8 e2e<br>|err|/bound<br>(warning)", BY_TENSOR["out_end_to_end"].what),
 ]
-WARNING_ONLY = {"out_end_to_end_ratio"}   # shown, never gating: no red for values over 1
+# shown, never gating: no red for values over 1
+WARNING_ONLY = {f"{t.name}_ratio" for t in TENSORS if not t.gating}
 
 
 def _metric(v, warning_only: bool = False) -> str:
