@@ -102,5 +102,5 @@ class MyKernel(Backend):
             p = torch.exp(scores - torch.where(empty, torch.zeros_like(row_lse), row_lse)[..., None])
             out[r] = torch.einsum("hsn,nhd->shd", p, k[..., :d_v])      # empty rows: all-zero weights
             lse[r] = torch.where(empty, torch.full_like(row_lse, math.inf), row_lse)
-        out_dtype = torch.float16 if inputs.case.dtype == "fp16" else torch.bfloat16
+        out_dtype = inputs.model_dtype          # what the engine needs: bf16 or fp16 (bf16 for fp8 cases)
         return out.to(out_dtype), lse

@@ -23,7 +23,12 @@ from .errors import InputError
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 MODES = ("decode", "verify")
 PADDINGS = ("minus_one", "one", "zero", "huge")
-SCENARIOS = ("call", "graph", "padding", "determinism", "batch_invariance")
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+def scenario_names() -> list[str]:
+    """The scenarios that exist: one module each in harness/scenarios (the files are the registry)."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.py") if not p.stem.startswith("_"))
 DEEPSEEK_SOFTMAX_SCALE = 192 ** -0.5   # 1/sqrt(qk_nope 128 + qk_rope 64)
 
 
@@ -94,8 +99,8 @@ def validate_case(case: Case, where: str) -> Case:
         bad("dtype", f"unknown dtype '{case.dtype}' (known: {', '.join(DTYPES)})")
     if case.padding not in PADDINGS:
         bad("padding", f"unknown padding policy '{case.padding}' (known: {', '.join(PADDINGS)})")
-    if case.scenario not in SCENARIOS:
-        bad("scenario", f"unknown scenario '{case.scenario}' (known: {', '.join(SCENARIOS)})")
+    if case.scenario not in scenario_names():
+        bad("scenario", f"unknown scenario '{case.scenario}' (known: {', '.join(scenario_names())})")
     for key in ("batch_size", "heads", "kv_heads", "draft_tokens", "page_size", "d_qk", "d_v"):
         if getattr(case, key) < 1:
             bad(key, f"must be at least 1, got {getattr(case, key)}")

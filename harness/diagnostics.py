@@ -36,7 +36,7 @@ def summarize(inputs, out, lse, expected_out, expected_lse, tol) -> dict:
         return {}
     r_out = error_ratio(out, expected_out, tol.out)           # (b, s_q, h, d_v)
     r_lse = error_ratio(lse, expected_lse, tol.lse)           # (b, h, s_q)
-    P = inputs.case.page_size
+    P = inputs.page_size
     seq = inputs.cache_seqlens.cpu().tolist()
     per_request = r_out.amax(dim=(1, 2, 3)).cpu().tolist()
     flat = r_out.flatten()

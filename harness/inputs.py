@@ -20,7 +20,16 @@ from reference import FP8_MAX, quantize_fp8
 
 from . import seqlens
 from .cases import Case
-from .pool import PageLayout, allocate, token_index, validate_block_table, validate_req_to_token
+from .pool import (
+    PADDING_VALUES,
+    PageLayout,
+    allocate,
+    build_block_table,
+    pages_for,
+    token_index,
+    validate_block_table,
+    validate_req_to_token,
+)
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -40,17 +49,25 @@ def torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inputs:
-    """What a backend is called with.  Tensors live on ``device``."""
+    """What a backend is called with: tensors plus the few kernel parameters it needs.
 
-    case: Case
+    Tensors live on one device.  Everything else (batch size, page size, ...) is
+    derived, so a variant built with ``dataclasses.replace`` cannot disagree with itself.
+    """
+
     q: torch.Tensor                   # (b, s_q, h_q, d_qk), the kernel's dtype (fp8 for fp8 cases)
     kv_pool: torch.Tensor             # (num_pages, page_size, h_kv, d_qk), the cache dtype
     block_table: torch.Tensor         # (b, max_pages) int32
     cache_seqlens: torch.Tensor       # (b,) int32: seq_lens, plus the draft tokens for verify
     seq_lens: torch.Tensor            # (b,) int32: SGLang's forward_batch.seq_lens
-    layout: PageLayout                # req_to_token and friends, on the CPU
+    req_to_token: torch.Tensor        # (max_reqs, max_context) int32: each token's KV slot, as SGLang keeps it
+    req_pool_indices: torch.Tensor    # (b,) int32: request r's row of req_to_token
+    mode: str                         # "decode" or "verify": verify's cache_seqlens include the drafts
+    softmax_scale: float
+    d_v: int
+    causal: bool
     descale_q: torch.Tensor | None    # (1,) float32, fp8 only
     descale_k: torch.Tensor | None
     q_model: torch.Tensor | None      # fp8 only: q before quantisation (model dtype)
@@ -61,20 +78,20 @@ class Inputs:
         return self.q.device
 
     @property
+    def batch_size(self) -> int:
+        return self.q.shape[0]
+
+    @property
     def s_q(self) -> int:
         return self.q.shape[1]
 
     @property
-    def softmax_scale(self) -> float:
-        return self.case.softmax_scale
+    def page_size(self) -> int:
+        return self.kv_pool.shape[1]
 
     @property
-    def d_v(self) -> int:
-        return self.case.d_v
-
-    @property
-    def causal(self) -> bool:
-        return self.case.causal
+    def num_pages(self) -> int:
+        return self.kv_pool.shape[0]
 
     @property
     def model_dtype(self) -> torch.dtype:
@@ -133,47 +150,82 @@ def k_scale_for(case: Case, tokens: torch.Tensor) -> float:
     return max(amax, 1e-6) / FP8_MAX[TORCH_DTYPES[case.dtype]]
 
 
+def model_dtype_of(case: Case) -> torch.dtype:
+    return torch.bfloat16 if case.dtype.startswith("fp8") else TORCH_DTYPES[case.dtype]
+
+
+class KVStore:
+    """The engine's KV cache for one case: pages allocated for every request's final length, all
+    poisoned, filled by the engine's writes as requests grow (``write_up_to``).
+
+    For fp8 it keeps both the quantised cache the kernel reads and the model-precision one the
+    end-to-end oracle reads.  ``generate`` writes every token at once; the CUDA-graph scenario
+    writes a step's worth at a time.
+    """
+
+    def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device):
+        self.case = case
+        self.layout = allocate(final_lengths, case.page_size, case.extra_pages,
+                               torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=device)
+        validate_req_to_token(self.layout)
+        validate_block_table(self.layout.block_table, self.layout.cache_seqlens, self.layout.num_pages,
+                             case.page_size)
+        shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
+        self.fp8 = case.dtype.startswith("fp8")
+        self.tokens = tokens
+        self.pool_model = poisoned(shape, tokens.dtype, device)
+        self.k_scale = self.descale = None
+        self.pool, self.stored = self.pool_model, tokens
+        if self.fp8:
+            fp8_dtype = TORCH_DTYPES[case.dtype]
+            self.k_scale = k_scale_for(case, tokens)
+            self.pool = poisoned(shape, fp8_dtype, device)
+            self.stored = quantize_fp8(tokens, self.k_scale, fp8_dtype)
+            self.descale = torch.tensor([self.k_scale], dtype=torch.float32, device=device)
+        self.written = [0] * len(final_lengths)
+
+    def write_up_to(self, lengths: list[int]):
+        """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
+        for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \
+                else ((self.pool, self.stored),):
+            write_kv(pool, self.layout, src, self.written[:len(lengths)], lengths)
+        for r, n in enumerate(lengths):
+            self.written[r] = max(self.written[r], n)
+
+    def inputs(self, q_model: torch.Tensor, cache: list[int], table: torch.Tensor | None = None) -> Inputs:
+        """The first ``len(cache)`` requests at these cache lengths, as the engine's eager path calls the kernel.
+
+        ``table`` defaults to a fresh block table padded by the case's policy.
+        """
+        case, lay, bs = self.case, self.layout, len(cache)
+        device = q_model.device
+        if table is None:
+            width = max(1, max((pages_for(n, case.page_size) for n in cache), default=1))
+            table = build_block_table(lay.req_to_token, lay.req_pool_indices[:bs], cache, case.page_size, width,
+                                      PADDING_VALUES[case.padding]).to(device)
+        drafts = case.s_q if case.mode == "verify" else 0
+        q = quantize_fp8(q_model, self.k_scale, self.pool.dtype) if self.fp8 else q_model
+        return Inputs(
+            q=q, kv_pool=self.pool, block_table=table,
+            cache_seqlens=torch.tensor(cache, dtype=torch.int32, device=device),
+            seq_lens=torch.tensor([n - drafts for n in cache], dtype=torch.int32, device=device),
+            req_to_token=lay.req_to_token, req_pool_indices=lay.req_pool_indices[:bs],
+            mode=case.mode, softmax_scale=case.softmax_scale, d_v=case.d_v, causal=case.causal,
+            descale_q=self.descale, descale_k=None if self.descale is None else self.descale.clone(),
+            q_model=q_model if self.fp8 else None, kv_pool_model=self.pool_model if self.fp8 else None)
+
+
 def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:
-    """Build the inputs of one case."""
+    """Build the inputs of one case: every request's prefix, then (verify) its drafts, written before the call."""
     device = torch.device(device)
     seq_lens = draw_seq_lens(case) if seq_lens is None else seq_lens
     cache = cache_seqlens_for(case, seq_lens)
-    layout = allocate(cache, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                      padding=case.padding, device=device)
-    validate_req_to_token(layout)
-    validate_block_table(layout.block_table, layout.cache_seqlens, layout.num_pages, case.page_size)
-
     gen = torch.Generator(device=device).manual_seed(case.seed)
-    b, s_q, h_q, h_kv, d = case.batch_size, case.s_q, case.heads, case.kv_heads, case.d_qk
-    fp8 = case.dtype.startswith("fp8")
-    model_dtype = torch.bfloat16 if fp8 else TORCH_DTYPES[case.dtype]
+    b, s_q, h_q, d = case.batch_size, case.s_q, case.heads, case.d_qk
+    model_dtype = model_dtype_of(case)
     q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).to(model_dtype)
-    tokens = torch.randn(sum(cache), h_kv, d, generator=gen, device=device).to(model_dtype)
-
-    pool_shape = (layout.num_pages, case.page_size, h_kv, d)
-    prefix_end = [n - (s_q if case.mode == "verify" else 0) for n in cache]
-    pool_model = poisoned(pool_shape, model_dtype, device)
-    write_kv(pool_model, layout, tokens, [0] * b, prefix_end)    # the cached prefix
-    write_kv(pool_model, layout, tokens, prefix_end, cache)      # verify: the drafts, written before the call
-
-    descale_q = descale_k = None
-    q_model = kv_model = None
-    kv_pool = pool_model
-    if fp8:
-        fp8_dtype = TORCH_DTYPES[case.dtype]
-        k_scale = k_scale_for(case, tokens)
-        kv_pool = poisoned(pool_shape, fp8_dtype, device)
-        qtokens = quantize_fp8(tokens, k_scale, fp8_dtype)
-        write_kv(kv_pool, layout, qtokens, [0] * b, prefix_end)
-        write_kv(kv_pool, layout, qtokens, prefix_end, cache)
-        q_model, kv_model = q, pool_model
-        q = quantize_fp8(q, k_scale, fp8_dtype)   # SGLang: q is quantised with K's scale
-        descale_q = torch.tensor([k_scale], dtype=torch.float32, device=device)
-        descale_k = descale_q.clone()
-
-    return Inputs(
-        case=case, q=q, kv_pool=kv_pool,
-        block_table=layout.block_table, cache_seqlens=layout.cache_seqlens,
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device), layout=layout,
-        descale_q=descale_q, descale_k=descale_k, q_model=q_model, kv_pool_model=kv_model,
-    )
+    tokens = torch.randn(sum(cache), case.kv_heads, d, generator=gen, device=device).to(model_dtype)
+    store = KVStore(case, cache, tokens, device)
+    store.write_up_to([n - (s_q if case.mode == "verify" else 0) for n in cache])    # the cached prefix
+    store.write_up_to(cache)                                                          # verify: the drafts
+    return store.inputs(q, cache, table=store.layout.block_table)

@@ -21,9 +21,8 @@ STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "Acc
                "unspecified launch failure")
 
 
-def _worker_main(conn, backend_spec, device, threads):
-    from .backends import load_backend
-    from .runner import run_case
+def _worker_main(conn, backend_spec, device, threads, run_case):
+    from .backend_loader import load_backend
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     import torch
     # several workers share the CPU: without this each would start one thread per core
@@ -53,9 +52,10 @@ def _worker_main(conn, backend_spec, device, threads):
 
 
 class Worker:
-    def __init__(self, ctx, backend_spec, device, threads):
+    def __init__(self, ctx, backend_spec, device, threads, run_case):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device, threads), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device, threads, run_case),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.case = None
@@ -90,16 +90,18 @@ def _death_reason(proc) -> str:
     return f"worker exited with code {code}"
 
 
-def run_isolated(cases, backend_spec, device, on_row, crash_row, workers=1, timeout_s=300.0,
+def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0):
     """Run ``cases`` in ``workers`` processes; ``on_row(row)`` gets every row, in completion order.
 
-    ``crash_row(case, status, reason)`` builds the row of a case whose worker died or hung.
+    ``run_case(case, backend, spec, device)`` runs one case in a worker (a module-level function, so
+    it pickles by name); ``crash_row(case, status, reason)`` builds the row of a case whose worker
+    died or hung.
     """
     ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
     todo = list(cases)[::-1]
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    pool = [Worker(ctx, backend_spec, device, threads) for _ in range(min(workers, len(todo)) or 0)]
+    pool = [Worker(ctx, backend_spec, device, threads, run_case) for _ in range(min(workers, len(todo)) or 0)]
     for w in pool:
         w.deadline = time.monotonic() + startup_timeout_s
     try:
@@ -153,7 +155,7 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, workers=1, time
                     w.stop(kill=True)
                     pool.remove(w)
                     if todo:
-                        fresh = Worker(ctx, backend_spec, device, threads)
+                        fresh = Worker(ctx, backend_spec, device, threads, run_case)
                         fresh.deadline = time.monotonic() + startup_timeout_s
                         pool.append(fresh)
     finally:

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backends import load_backend
+from .backend_loader import load_backend
 from .mutants import MUTANTS
 from .runner import RunSummary, run_cases
 

@@ -13,7 +13,7 @@ from harness.cases import Case
 from harness.compare import check_tensor
 from harness.inputs import generate
 from harness.oracle import expected
-from harness.tolerances import tolerance_for
+from harness.tolerances import TOLERANCES
 
 
 def probe(backend, label, **fields):
@@ -23,7 +23,7 @@ def probe(backend, label, **fields):
         out, lse = backend.run(inputs)
         torch.cuda.synchronize()
         eo, el = expected(inputs)
-        tol = tolerance_for(case.dtype if case.dtype in ("bf16", "fp16", "fp8_e4m3") else "fp8_e4m3")
+        tol = TOLERANCES[case.dtype if case.dtype in ("bf16", "fp16", "fp8_e4m3") else "fp8_e4m3"]
         co, cl = check_tensor("out", out, eo, tol.out), check_tensor("lse", lse, el, tol.lse)
         print(f"{label:<28} ran  out {co.passed} cos {co.cos_diff:.2e} ratio {co.worst_ratio:.3f} "
               f"| lse {cl.passed} ratio {cl.worst_ratio:.3f} | out dtype {out.dtype} lse {tuple(lse.shape)}")
@@ -67,7 +67,7 @@ def main():
                                    q=inputs.q.view(torch.float8_e4m3fn))
         out, lse = b.run(fake)
         eo, _ = expected(inputs)
-        co = check_tensor("out", out, eo, tolerance_for("fp8_e5m2").out)
+        co = check_tensor("out", out, eo, TOLERANCES["fp8_e5m2"].out)
         print(f"e5m2 bytes as e4m3           ran, matches e5m2 reference: {co.passed} (cos {co.cos_diff:.3g})")
     except Exception as e:
         print(f"e5m2 bytes as e4m3           FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")

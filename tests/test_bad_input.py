@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import scenarios
 from harness.cases import Case
 from harness.cli import main
 from harness.errors import InputError
 from harness.inputs import generate
 from harness.pool import validate_block_table
 from harness.runner import run_case
+from harness.scenarios import _common as steps
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -308,16 +308,16 @@ class Recorder:
 def test_launch_gate_refuses_before_run(how):
     backend = Recorder()
     inputs = generate(small_case())
-    scenarios.launch(backend, inputs)                 # the untouched inputs do launch
+    steps.launch(backend, inputs)                 # the untouched inputs do launch
     assert backend.calls == 1
     with pytest.raises(InputError):
-        scenarios.launch(backend, tampered(inputs, how))
+        steps.launch(backend, tampered(inputs, how))
     assert backend.calls == 1
 
 
 def _tamper_generate(monkeypatch, how):
-    real = scenarios.generate
-    monkeypatch.setattr(scenarios, "generate", lambda case, device="cpu": tampered(real(case, device), how))
+    real = steps.generate
+    monkeypatch.setattr(steps, "generate", lambda case, device="cpu": tampered(real(case, device), how))
 
 
 def test_runner_refuses_a_tampered_table(monkeypatch):

@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from harness.cases import CASE_FIELDS, DTYPES, MODES, PADDINGS, SCENARIOS, Suite, parse_suite, validate_case
+from harness.cases import CASE_FIELDS, DTYPES, MODES, PADDINGS, Suite, parse_suite, scenario_names, validate_case
 from harness.errors import InputError
 from harness.pool import PADDING_VALUES, allocate, pages_for, validate_block_table, validate_req_to_token
 
@@ -37,7 +37,7 @@ VALID_FIELDS = {
     "dtype": st.sampled_from(DTYPES), "page_size": st.sampled_from([1, 16, 64]),
     "seqlen": st.sampled_from(["uniform:1:100", "list:0,5", "equal:64", "boundary", "normal:50:10"]),
     "padding": st.sampled_from(PADDINGS), "causal": st.booleans(), "softmax_scale": st.floats(0.01, 1.0),
-    "extra_pages": st.integers(0, 4), "scenario": st.sampled_from(SCENARIOS), "k_scale": st.floats(0.01, 4.0),
+    "extra_pages": st.integers(0, 4), "scenario": st.sampled_from(scenario_names()), "k_scale": st.floats(0.01, 4.0),
     "tags": st.lists(st.text(max_size=4), max_size=2),
 }
 

@@ -17,9 +17,9 @@ SUITE = textwrap.dedent('''
     seqlen = "uniform:1:40"
     [[group]]
     name = "g"
-    mode = ["decode", "verify"]
-    draft_tokens = [1, 3]
-    draws = 2
+    mode = "verify"
+    draft_tokens = 3
+    heads = [4, 5, 6, 7, 8, 9]      # case g/i has 4 + i heads: the plug-in below keys on it
 ''')
 
 PLUGIN = textwrap.dedent('''
@@ -27,16 +27,16 @@ PLUGIN = textwrap.dedent('''
     from harness.backends.torch_backend import TorchBackend
 
     class Fragile(TorchBackend):
-        """Dies with SIGKILL on case .../1, aborts on .../3 and hangs on .../4."""
+        """Dies with SIGKILL on case .../1, aborts on .../3 and hangs on .../4 (5, 7 and 8 heads)."""
         name = "fragile"
 
         def run(self, inputs):
-            index = inputs.case.id.rsplit("/", 1)[1]
-            if index == "1":
+            heads = inputs.q.shape[2]
+            if heads == 5:
                 os.kill(os.getpid(), signal.SIGKILL)
-            if index == "3":
+            if heads == 7:
                 os.abort()
-            if index == "4":
+            if heads == 8:
                 time.sleep(600)
             return super().run(inputs)
 ''')

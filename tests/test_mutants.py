@@ -9,14 +9,14 @@ import json
 import pytest
 import torch
 
-from harness import scenarios
-from harness.backends import load_backend
+from harness.backend_loader import load_backend
 from harness.backends.torch_backend import TorchBackend
 from harness.cases import load_suite
 from harness.cli import main
 from harness.errors import InputError
 from harness.inputs import generate
 from harness.mutants import MUTANTS, names
+from harness.scenarios import _common as steps
 from harness.selfcheck import killing_checks, run_selfcheck
 
 # Where each targeted bug may show: a kill anywhere else means the mutant is cruder than its story.
@@ -93,7 +93,7 @@ def test_nondeterministic_mutant_differs_between_identical_calls():
     inputs = generate(_case("selfcheck/determinism/0"))
     for spec, same in (("torch", True), ("mutant:nondeterministic", False)):
         backend = load_backend(spec)
-        (o1, l1, _), (o2, l2, _) = scenarios.launch(backend, inputs), scenarios.launch(backend, inputs)
+        (o1, l1, _), (o2, l2, _) = steps.launch(backend, inputs), steps.launch(backend, inputs)
         assert (torch.equal(o1, o2) and torch.equal(l1, l2)) is same, spec
 
 

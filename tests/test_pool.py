@@ -5,7 +5,6 @@ import re
 import pytest
 import torch
 
-from harness import scenarios
 from harness.backends import Backend
 from harness.cases import Case
 from harness.errors import InputError
@@ -19,6 +18,7 @@ from harness.pool import (
     validate_block_table,
     validate_req_to_token,
 )
+from harness.scenarios import _common as steps
 
 P = 64
 
@@ -112,7 +112,6 @@ def nan_map(pool: torch.Tensor) -> torch.Tensor:
 def test_generate_poisons_everything_but_the_tokens(mode, draft, dtype):
     case = small_case(mode=mode, draft_tokens=draft, dtype=dtype)
     inp = generate(case)
-    lay = inp.layout
     cache = inp.cache_seqlens.tolist()
     assert inp.seq_lens.tolist() == [1, 63, 64, 65]
     assert cache == [n + case.s_q if mode == "verify" else n for n in [1, 63, 64, 65]]
@@ -121,7 +120,7 @@ def test_generate_poisons_everything_but_the_tokens(mode, draft, dtype):
         nan = nan_map(pool)
         real = torch.zeros_like(nan)
         for r, n in enumerate(cache):
-            slots = lay.req_to_token[lay.req_pool_indices[r], :n].long()
+            slots = inp.req_to_token[inp.req_pool_indices[r], :n].long()
             real.view(-1)[slots] = True
             # the tail of the last page is poisoned
             last = int(inp.block_table[r, pages_for(n, P) - 1])
@@ -129,7 +128,8 @@ def test_generate_poisons_everything_but_the_tokens(mode, draft, dtype):
         assert bool((~nan[real]).all()), "a real token is NaN"
         assert bool(nan[~real].all()), "a slot no request owns is not poisoned"
         assert bool(nan[0].all()), "page 0 is not poisoned"
-        unused = sorted(set(range(lay.num_pages)) - set(lay.used_pages.tolist()))
+        used = {int(inp.block_table[r, p]) for r, n in enumerate(cache) for p in range(pages_for(n, P))}
+        unused = sorted(set(range(inp.num_pages)) - used)
         assert len(unused) == 1 + case.extra_pages and bool(nan[unused].all())
         assert int(real.sum()) == sum(cache)
         assert bool(torch.isfinite(pool.to(torch.float32)[real]).all())
@@ -137,7 +137,7 @@ def test_generate_poisons_everything_but_the_tokens(mode, draft, dtype):
         # the drafts (positions seq_len .. seq_len + s_q - 1) were written before the call
         for r, n in enumerate(inp.seq_lens.tolist()):
             for t in range(n, n + case.s_q):
-                slot = int(lay.req_to_token[lay.req_pool_indices[r], t])
+                slot = int(inp.req_to_token[inp.req_pool_indices[r], t])
                 assert bool(torch.isfinite(inp.kv_pool.to(torch.float32).flatten(0, 1)[slot]).all())
     assert bool(torch.isfinite(inp.q.to(torch.float32)).all())
     if dtype.startswith("fp8"):
@@ -305,8 +305,8 @@ def test_no_kernel_launch_on_an_invalid_block_table():
     inp.block_table[1, 1] = inp.kv_pool.shape[0] + 5
     backend = _Recorder()
     with pytest.raises(InputError, match=re.escape("request 1: block table entry 1")):
-        scenarios.launch(backend, inp)
+        steps.launch(backend, inp)
     assert backend.calls == 0
     inp2 = generate(small_case(seqlen="list:5,130,64,1"))
-    scenarios.launch(backend, inp2)
+    steps.launch(backend, inp2)
     assert backend.calls == 1

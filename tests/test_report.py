@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends import load_backend
+from harness.backend_loader import load_backend
 from harness.cases import load_suite, select
 from harness.cli import main as cli
 from harness.report import write_report
@@ -74,7 +74,7 @@ class Broken(TorchBackend):
         return super().visible(pos, seq + 1, s_q, causal)
 
     def finalize(self, inputs, out, lse):
-        if inputs.case.batch_size == 5:
+        if inputs.batch_size == 5:
             raise RuntimeError("simulated launch failure; see https://example.invalid/help")
         if inputs.is_fp8:
             out = out * 1.1                          # a wrong scale: fails the cosine bound

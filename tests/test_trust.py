@@ -16,9 +16,10 @@ import pytest
 import torch
 from helpers import REPO
 
-from harness import results, scenarios
+from harness import results
 from harness.cli import main
 from harness.results import read_rows
+from harness.scenarios import _common as steps
 from harness.status import EXIT_CODES, Status, verdict_of
 
 OFFBYONE = str(REPO / "examples/offbyone_verify.py") + ":OffByOneVerify"
@@ -202,7 +203,7 @@ def test_rerun_of_a_suite_given_as_a_path_reruns_that_file(tmp_path, capsys):
 def test_a_harness_fault_is_not_the_kernels_error(tmp_path, capsys, monkeypatch):
     def no_memory(case, device):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
-    monkeypatch.setattr(scenarios, "generate", no_memory)
+    monkeypatch.setattr(steps, "generate", no_memory)
     path = tmp_path / "r.jsonl"
     code, out, _ = run(capsys, "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
                        "--out", path)
@@ -213,7 +214,7 @@ def test_a_harness_fault_is_not_the_kernels_error(tmp_path, capsys, monkeypatch)
     def oracle_bug(inputs, compute_dtype=torch.float64):
         raise IndexError("an oracle bug")
     monkeypatch.undo()
-    monkeypatch.setattr(scenarios.oracle, "expected", oracle_bug)
+    monkeypatch.setattr(steps.oracle, "expected", oracle_bug)
     code, _, _ = run(capsys, "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
                      "--out", path)
     row = read_rows(path)[0]

@@ -19,7 +19,7 @@ import torch
 
 from reference import quantize_fp8
 
-from .flashmla import PAGE_SIZE
+from ..pool import pages_for
 
 
 class FlashMLAGraphSession:
@@ -34,7 +34,8 @@ class FlashMLAGraphSession:
         # read once here: a device-to-host read inside graph capture is an error
         self.k_scale = float(inputs.descale_k[0]) if self.fp8 else None
         self.max_bs = max_bs
-        self.table = torch.full((max_bs, (max_context_len + PAGE_SIZE) // PAGE_SIZE), 1, dtype=torch.int32,
+        self.page_size = inputs.page_size
+        self.table = torch.full((max_bs, (max_context_len + self.page_size) // self.page_size), 1, dtype=torch.int32,
                                 device=dev)
         meta = self.api.metadata(torch.ones(max_bs, dtype=torch.int32, device=dev), self.q_tokens, self.h_kv,
                                  self.fp8)
@@ -65,7 +66,7 @@ class FlashMLAGraphSession:
 
     def cache_seqlens(self, bs: int) -> torch.Tensor:
         seq = self.seq_buf[:bs]
-        return seq + self.s_q if self.template.case.mode == "verify" else seq
+        return seq + self.s_q if self.template.mode == "verify" else seq
 
     def forward(self, bs: int, width: int):
         q = self.q_buf[:bs]
@@ -80,7 +81,7 @@ class FlashMLAGraphSession:
         self.seq_buf[:bs].fill_(self.SEQ_LEN_FILL)
         self.write_table(rows_pages)
         self.refresh_metadata(bs)
-        width = max(1, (self.SEQ_LEN_FILL + self.s_q + PAGE_SIZE - 1) // PAGE_SIZE)
+        width = max(1, pages_for(self.SEQ_LEN_FILL + self.s_q, self.page_size))
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):

@@ -3,7 +3,8 @@
 import json
 
 from .. import cases as case_mod
-from ..backends import BUILTIN, load_backend
+from ..backend_loader import load_backend
+from ..backends import BUILTIN
 from ..errors import InputError
 
 

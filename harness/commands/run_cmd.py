@@ -6,7 +6,8 @@ from pathlib import Path
 
 from .. import cases as case_mod
 from .. import junit
-from ..backends import KERNELS, expand_specs, load_backend
+from ..backend_loader import load_backend
+from ..backends import KERNELS, expand_specs
 from ..errors import InputError
 from ..results import ResultsWriter, read_rows
 from ..runner import RunSummary, default_device, run_cases

@@ -1,0 +1,117 @@
+"""What became of one case on one backend: a typed outcome, and the result row that carries it.
+
+Every row is built here, whatever happened: a comparison, an unsupported case,
+a raise in some phase, a crash or a timeout.  ``ResultRow.to_json`` is the one
+place a row's fields are laid out, so the results file keeps one format.
+"""
+
+from dataclasses import dataclass, field
+
+from . import checks
+from .phases import KERNEL, is_out_of_memory, last_frames
+from .status import Status
+
+
+@dataclass
+class Outcome:
+    status: Status
+    reason: str | None = None
+    failed_checks: list = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)          # per check, and a scenario's own numbers
+    messages: list = field(default_factory=list)         # one line per failure
+    warnings: list = field(default_factory=list)         # one line per non-gating check out of bounds
+    diagnostics: dict | None = None                      # summaries for the report's drill-down
+    details: dict = field(default_factory=dict)          # seq lens, k_scale, phase, traceback, ...
+    kernel_ms: float | None = None
+    reference_ms: float | None = None
+
+    @classmethod
+    def judged(cls, failed_checks: list, **fields) -> "Outcome":
+        """A comparison's outcome: it passes when no check failed."""
+        failed = list(failed_checks)
+        return cls(Status.FAIL if failed else Status.PASS, "; ".join(failed) or None, failed, **fields)
+
+    @classmethod
+    def unsupported(cls, reason: str) -> "Outcome":
+        return cls(Status.UNSUPPORTED, reason)
+
+    @classmethod
+    def raised(cls, phase: str, error: BaseException) -> "Outcome":
+        """An exception: the kernel's ``error`` in its own phase, a ``harness_error`` in any other."""
+        message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
+        frames = {"phase": phase, "traceback": last_frames(error)}
+        if phase == KERNEL:
+            return cls(Status.ERROR, message, [checks.RAISED], details=frames)
+        oom = is_out_of_memory(error)
+        reason = f"harness {phase} phase raised {message}" + (" (this machine cannot hold the case)" if oom else "")
+        return cls(Status.HARNESS_ERROR, reason, [checks.harness_check(phase)],
+                   details={**frames, "cannot_hold": oom})
+
+    @classmethod
+    def lost(cls, status: Status, reason: str) -> "Outcome":
+        """The kernel's process died or hung: no answer to compare."""
+        return cls(status, reason, [checks.CRASH if status is Status.CRASH else checks.TIMEOUT])
+
+    def to_json(self) -> dict:
+        row = {"status": self.status.value, "reason": self.reason}
+        if self.status is not Status.UNSUPPORTED:
+            row["failed_checks"] = self.failed_checks
+        if self.metrics:
+            row["metrics"] = self.metrics
+        for name in ("messages", "warnings", "diagnostics"):
+            if getattr(self, name):
+                row[name] = getattr(self, name)
+        if self.kernel_ms is not None or self.reference_ms is not None:
+            row.update(kernel_ms=self.kernel_ms, reference_ms=self.reference_ms)
+        row.update(self.details)
+        return row
+
+
+@dataclass(frozen=True)
+class BackendIdentity:
+    """Which backend ran, as the row records it."""
+
+    name: str
+    spec: str
+    info: dict
+    conventions: dict
+
+    @classmethod
+    def of(cls, backend, spec: str) -> "BackendIdentity":
+        try:
+            conventions = backend.capabilities.conventions()
+        except Exception:   # a plug-in with broken capabilities still gets its rows
+            conventions = {}
+        return cls(backend.name, spec, backend.info(), conventions)
+
+
+@dataclass
+class ResultRow:
+    """One case on one backend: the case, who ran it where, and the outcome."""
+
+    case: object                  # harness.cases.Case
+    backend: BackendIdentity
+    device: str
+    env: dict
+    outcome: Outcome
+    rerun: str
+    wall_s: float | None = None
+    extra: dict = field(default_factory=dict)   # run-level facts, e.g. how ``auto`` chose
+
+    def to_json(self) -> dict:
+        c = self.case
+        row = {
+            "case_id": c.id, "suite": c.suite, "group": c.group, "seed": c.seed,
+            "mode": c.mode, "dtype": c.dtype, "scenario": c.scenario,
+            "batch_size": c.batch_size, "heads": c.heads, "kv_heads": c.kv_heads,
+            "s_q": c.s_q, "page_size": c.page_size, "padding": c.padding, "causal": c.causal,
+            "seqlen_dist": c.seqlen, "case": c.to_dict(),
+            "backend": self.backend.name, "backend_spec": self.backend.spec, "backend_info": self.backend.info,
+            "conventions": self.backend.conventions,
+            "device": self.device, "env": self.env, "rerun": self.rerun,
+        }
+        row.update(self.outcome.to_json())
+        if self.wall_s is not None:
+            row["wall_s"] = self.wall_s
+        row.update(self.extra)
+        return row

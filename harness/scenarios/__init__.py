@@ -1,0 +1,19 @@
+"""Scenarios: what is done with a case's inputs.  One module per scenario; the files are the registry.
+
+Module ``NAME.py`` is scenario NAME: it defines ``run(case, backend, device) -> Outcome``.
+``cases.scenario_names()`` lists the same files, so a suite is validated against
+exactly the scenarios that exist.  Shared input building, launch and judging live
+in ``_common.py``.  Adding a scenario means adding one file.
+"""
+
+import importlib
+
+from ..cases import scenario_names
+from ..outcome import Outcome
+from ._common import build_inputs, judge, launch  # noqa: F401  (the shared steps, for bench and tests)
+
+
+def run(case, backend, device) -> Outcome:
+    if case.scenario not in scenario_names():
+        return Outcome.unsupported(f"scenario '{case.scenario}' does not exist here")
+    return importlib.import_module(f"{__name__}.{case.scenario}").run(case, backend, device)

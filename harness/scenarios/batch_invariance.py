@@ -1,0 +1,43 @@
+"""``batch_invariance``: each request alone against inside the batch, bounded by the dtype's tolerance."""
+
+import dataclasses
+
+from ..checks import BATCH_INVARIANCE
+from ..compare import check_tensor, describe
+from ..pool import pages_for
+from ..tolerances import TOLERANCES
+from ._common import bitwise_equal, build_inputs, judge, launch
+
+
+def request_alone(inputs, r: int):
+    """Request ``r`` as a batch of one, over the same pool."""
+    one = lambda t: t[r:r + 1]   # noqa: E731
+    n_pages = max(1, pages_for(int(inputs.cache_seqlens[r]), inputs.page_size))
+    return dataclasses.replace(
+        inputs, q=one(inputs.q), block_table=one(inputs.block_table)[:, :n_pages].contiguous(),
+        cache_seqlens=one(inputs.cache_seqlens), seq_lens=one(inputs.seq_lens),
+        req_pool_indices=one(inputs.req_pool_indices),
+        q_model=None if inputs.q_model is None else one(inputs.q_model))
+
+
+def run(case, backend, device):
+    inputs = build_inputs(case, device)
+    out, lse, kernel_ms = launch(backend, inputs)
+    tol = TOLERANCES[case.dtype]
+    failures, messages = [], []
+    worst_out = worst_lse = 0.0
+    bitwise = True
+    for r in range(inputs.batch_size):
+        o, l, _ = launch(backend, request_alone(inputs, r))
+        bitwise &= bitwise_equal(o, out[r:r + 1]) and bitwise_equal(l, lse[r:r + 1])
+        co = check_tensor("out", o, out[r:r + 1].double(), tol.out)
+        cl = check_tensor("lse", l, lse[r:r + 1].double(), tol.lse)
+        worst_out, worst_lse = max(worst_out, co.max_abs_err), max(worst_lse, cl.max_abs_err)
+        for c in (co, cl):
+            if not c.passed:
+                failures.append(BATCH_INVARIANCE)
+                messages.append(f"{case.id}: request {r} alone vs in the batch: {describe(c)}")
+    metrics = {BATCH_INVARIANCE: {"bitwise_equal": bitwise, "max_abs_dev_out": worst_out,
+                                  "max_abs_dev_lse": worst_lse}}
+    return judge(case, backend, inputs, out, lse, kernel_ms, extra_failures=failures, extra_metrics=metrics,
+                 extra_messages=messages)
