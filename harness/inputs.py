@@ -20,7 +20,7 @@ from reference import FP8_MAX, quantize_fp8
 
 from . import seqlens
 from .cases import Case
-from .pool import PageLayout, allocate, token_index, validate_block_table, validate_req_to_token
+from .pool import PageLayout, allocate, boundary_pages, token_index, validate_block_table, validate_req_to_token
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -86,8 +86,33 @@ def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
     return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
 
 
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def poisoned(shape, dtype, device) -> torch.Tensor:
-    return torch.full(shape, float("nan"), dtype=torch.float32, device=device).to(dtype)
+    """A NaN-filled tensor, filled in place through its bits: no float32 copy of a pool of many GiB."""
+    as_int = _SAME_SIZE_INT[torch.empty((), dtype=dtype).element_size()]
+    nan_bits = int(torch.tensor([float("nan")]).to(dtype).view(as_int)[0])
+    out = torch.empty(shape, dtype=dtype, device=device)
+    out.view(as_int).fill_(nan_bits)
+    return out
+
+
+def shared_pages_for(case: Case, cache: list[int]) -> list[int]:
+    """How many of the common prefix's pages each request shares (a radix cache's matched prefix).
+
+    Only whole pages of committed tokens are shared: the tokens this step writes (the decode
+    token, the drafts) are always on the request's own pages.
+    """
+    P = case.page_size
+    return [min(case.shared_prefix // P, max(n - case.s_q, 0) // P) for n in cache]
+
+
+def pinned_pages_for(case: Case) -> list[int]:
+    """In a spread pool: the pages at which page ids and element offsets wrap must be live."""
+    if not case.pool_pages:
+        return []
+    return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)
 
 
 def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first: list[int], last: list[int]):
@@ -123,8 +148,10 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     device = torch.device(device)
     seq_lens = draw_seq_lens(case) if seq_lens is None else seq_lens
     cache = cache_seqlens_for(case, seq_lens)
+    shared = shared_pages_for(case, cache)
     layout = allocate(cache, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                      padding=case.padding, device=device)
+                      padding=case.padding, device=device, pool_pages=case.pool_pages,
+                      shared_pages=shared, pinned_pages=pinned_pages_for(case))
     validate_req_to_token(layout)
     validate_block_table(layout.block_table, layout.cache_seqlens, layout.num_pages, case.page_size)
 
@@ -137,9 +164,13 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
 
     pool_shape = (layout.num_pages, case.page_size, h_kv, d)
     prefix_end = [n - (s_q if case.mode == "verify" else 0) for n in cache]
+    # shared pages are written once, by the request sharing the most of them (the one whose
+    # prefix filled the radix cache); the others skip them, so no slot is written twice
+    owner = max(range(b), key=lambda r: shared[r]) if b else 0
+    prefix_start = [0 if r == owner else shared[r] * case.page_size for r in range(b)]
     pool_model = poisoned(pool_shape, model_dtype, device)
-    write_kv(pool_model, layout, tokens, [0] * b, prefix_end)    # the cached prefix
-    write_kv(pool_model, layout, tokens, prefix_end, cache)      # verify: the drafts, written before the call
+    write_kv(pool_model, layout, tokens, prefix_start, prefix_end)   # the cached prefix
+    write_kv(pool_model, layout, tokens, prefix_end, cache)          # verify: the drafts, written before the call
 
     descale_q = descale_k = None
     q_model = kv_model = None
@@ -149,7 +180,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
         k_scale = k_scale_for(case, tokens)
         kv_pool = poisoned(pool_shape, fp8_dtype, device)
         qtokens = quantize_fp8(tokens, k_scale, fp8_dtype)
-        write_kv(kv_pool, layout, qtokens, [0] * b, prefix_end)
+        write_kv(kv_pool, layout, qtokens, prefix_start, prefix_end)
         write_kv(kv_pool, layout, qtokens, prefix_end, cache)
         q_model, kv_model = q, pool_model
         q = quantize_fp8(q, k_scale, fp8_dtype)   # SGLang: q is quantised with K's scale
