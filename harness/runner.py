@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import environment, scenarios
+from . import environment, resources, scenarios
 from .cases import Case
 from .errors import InputError
 from .results import ResultsWriter
@@ -45,7 +45,7 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     row = base_row(case, backend, backend_spec, device)
     started = time.perf_counter()
     try:
-        reason = backend.unsupported_reason(case, device)
+        reason = backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
         if reason is not None:
             return {**row, "status": "unsupported", "reason": reason}
         outcome = scenarios.run(case, backend, device)
