@@ -21,6 +21,10 @@ CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a s
 CUDA_FRACTION = 0.9     # the caching allocator's fragmentation and the CUDA context
 ORACLE_MAX_ELEMENTS = 2 ** 28   # reference.mla_attention_batched's chunk bound
 TORCH_BACKEND_KEYS = 8 * 64     # the torch backend's split: 8 pages of keys per request at a time
+# A CPU run's time grows with the cached KV it builds and reads: on 2 cores, 1.9e8 elements (a batch of
+# 64 long-tail requests) took 10 s and 1.3e9 (a batch of 512) 112 s, input building, torch backend and
+# oracle together.  Past this a case that fits in RAM is still no CPU job; a 163,840-token context is 9.4e7.
+CPU_MAX_KV_ELEMENTS = 2 ** 27
 
 
 def _size(dtype_name: str) -> int:
@@ -74,11 +78,20 @@ def available_bytes(device: str) -> tuple[int, str]:
         return avail, f"{avail / GiB:.1f} GiB free host RAM"
 
 
-def too_large_reason(case: Case, device: str, available: int | None = None) -> str | None:
+def kv_elements(case: Case) -> int:
+    """Cached KV elements the case writes and reads: its tokens times their width."""
+    return sum(cache_seqlens_for(case, draw_seq_lens(case))) * case.kv_heads * case.d_qk
+
+
+def too_large_reason(case: Case, device: str, available: int | None = None,
+                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS) -> str | None:
     """Why ``case`` cannot be built on ``device`` (the numbers), or None if it fits.
 
     ``available`` overrides the measured free memory (tests; a machine shared with others).
     """
+    if torch.device(device).type == "cpu" and kv_elements(case) > cpu_max_kv_elements:
+        return (f"too large for a CPU run: {kv_elements(case):.2e} cached KV elements, over the "
+                f"{cpu_max_kv_elements:.2e} a CPU checks in about 10 s (it needs a GPU)")
     fraction = CUDA_FRACTION if torch.device(device).type == "cuda" else CPU_FRACTION
     if available is None:
         available, measured = available_bytes(device)
