@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 # kernels were built for: `make setup TORCH=` makes the venv see the system's site-packages.
 TORCH  ?= torch==2.13.0
 # graph cases need CUDA: on a CPU machine they are recorded as unsupported, with the reason
-SUITES ?= smoke,decode,verify,fp8,edge,graph
+SUITES ?= smoke,decode,verify,fp8,edge,graph,scale
 BACKEND ?= auto
 STAMP  := $(shell date +%Y%m%d-%H%M%S)
 
