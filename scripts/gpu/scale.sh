@@ -23,6 +23,7 @@ for backend in flashmla torch; do
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
   peak=$(sort -n "$samples" | tail -1)
   echo "== scale on $backend: $((ms / 1000)).$(printf %03d $((ms % 1000))) s wall, peak GPU memory used ${peak:-?} MiB (nvidia-smi)"
+  [ -f "$out" ] || { echo "   no results file $out"; continue; }
   $PY - "$out" <<'PYEOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
