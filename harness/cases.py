@@ -54,6 +54,8 @@ class Case:
     softmax_scale: float = DEEPSEEK_SOFTMAX_SCALE
     k_scale: float | None = None       # fp8 only; None: amax(KV) / fp8 max
     extra_pages: int = 4               # unused, poisoned pages in the pool
+    pool_pages: int = 0                # > 0: the pool's total pages, live ones spread over the whole range
+    shared_prefix: int = 0             # tokens (whole pages) of one prefix every request shares, as a radix cache
     scenario: str = "call"
     tags: tuple = field(default=())
     suite_file: str = ""               # the suite's .toml path when it was given as one (reruns use it)
@@ -82,7 +84,8 @@ class Case:
 
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).
 LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
-          "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20}
+          "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20,
+          "pool_pages": 1 << 22}
 
 CASE_FIELDS = {f.name: f for f in dataclasses.fields(Case) if f.name not in ("id", "seed", "suite_file")}
 GROUP_ONLY_KEYS = {"name", "draws", "seed"}
@@ -128,7 +131,33 @@ def validate_case(case: Case, where: str) -> Case:
         bad("seqlen", str(e))
     if longest > LIMITS["seqlen"]:
         bad("seqlen", f"lengths up to {longest} are beyond the largest supported {LIMITS['seqlen']}")
+    _validate_scale_fields(case, bad)
     return case
+
+
+def _validate_scale_fields(case: Case, bad):
+    """``pool_pages`` and ``shared_prefix``: the serving-scale pool layout."""
+    if case.shared_prefix < 0 or case.shared_prefix % case.page_size:
+        # a radix cache with paged KV matches whole pages only
+        bad("shared_prefix", f"must be a non-negative multiple of page_size {case.page_size}, "
+                             f"got {case.shared_prefix}")
+    if case.shared_prefix > LIMITS["seqlen"]:
+        bad("shared_prefix", f"{case.shared_prefix} is beyond the largest supported {LIMITS['seqlen']}")
+    if case.pool_pages < 0 or case.pool_pages > LIMITS["pool_pages"]:
+        bad("pool_pages", f"must be 0 (sized to fit) or up to {LIMITS['pool_pages']}, got {case.pool_pages}")
+    if case.pool_pages:
+        worst = 1 + case.shared_prefix // case.page_size + case.batch_size * pages_needed(case)
+        if case.pool_pages < worst:
+            bad("pool_pages", f"{case.pool_pages} pages cannot hold the worst draw: page 0, the shared prefix "
+                              f"and {case.batch_size} requests of up to {case.max_cache_seqlen()} tokens "
+                              f"need {worst}")
+    if case.scenario == "graph" and (case.pool_pages or case.shared_prefix):
+        bad("scenario", "the graph scenario builds its own pool: pool_pages and shared_prefix do not apply")
+
+
+def pages_needed(case: Case) -> int:
+    """Pages of the longest request the case can draw."""
+    return -(-case.max_cache_seqlen() // case.page_size)
 
 
 def _coerce(key: str, value, where: str):

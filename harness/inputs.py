@@ -24,6 +24,7 @@ from .pool import (
     PADDING_VALUES,
     PageLayout,
     allocate,
+    boundary_pages,
     build_block_table,
     pages_for,
     token_index,
@@ -118,8 +119,33 @@ def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
     return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
 
 
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def poisoned(shape, dtype, device) -> torch.Tensor:
-    return torch.full(shape, float("nan"), dtype=torch.float32, device=device).to(dtype)
+    """A NaN-filled tensor, filled in place through its bits: no float32 copy of a pool of many GiB."""
+    as_int = _SAME_SIZE_INT[torch.empty((), dtype=dtype).element_size()]
+    nan_bits = int(torch.tensor([float("nan")]).to(dtype).view(as_int)[0])
+    out = torch.empty(shape, dtype=dtype, device=device)
+    out.view(as_int).fill_(nan_bits)
+    return out
+
+
+def shared_pages_for(case: Case, cache: list[int]) -> list[int]:
+    """How many of the common prefix's pages each request shares (a radix cache's matched prefix).
+
+    Only whole pages of committed tokens are shared: the tokens this step writes (the decode
+    token, the drafts) are always on the request's own pages.
+    """
+    P = case.page_size
+    return [min(case.shared_prefix // P, max(n - case.s_q, 0) // P) for n in cache]
+
+
+def pinned_pages_for(case: Case) -> list[int]:
+    """In a spread pool: the pages at which page ids and element offsets wrap must be live."""
+    if not case.pool_pages:
+        return []
+    return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)
 
 
 def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first: list[int], last: list[int]):
@@ -165,8 +191,10 @@ class KVStore:
 
     def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device):
         self.case = case
+        shared = shared_pages_for(case, final_lengths)
         self.layout = allocate(final_lengths, case.page_size, case.extra_pages,
-                               torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=device)
+                               torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=device,
+                               pool_pages=case.pool_pages, shared_pages=shared, pinned_pages=pinned_pages_for(case))
         validate_req_to_token(self.layout)
         validate_block_table(self.layout.block_table, self.layout.cache_seqlens, self.layout.num_pages,
                              case.page_size)
@@ -182,7 +210,10 @@ class KVStore:
             self.pool = poisoned(shape, fp8_dtype, device)
             self.stored = quantize_fp8(tokens, self.k_scale, fp8_dtype)
             self.descale = torch.tensor([self.k_scale], dtype=torch.float32, device=device)
-        self.written = [0] * len(final_lengths)
+        # shared pages are written once, by the request sharing the most of them (the one whose
+        # prefix filled the radix cache); the others start past them, so no slot is written twice
+        owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0
+        self.written = [0 if r == owner else n * case.page_size for r, n in enumerate(shared)]
 
     def write_up_to(self, lengths: list[int]):
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""

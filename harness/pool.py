@@ -9,7 +9,9 @@ are padding: -1 in eager mode, 1 in SGLang's CUDA-graph buffers.
 
 Here a page allocator hands out shuffled, non-contiguous pages (page 0 stays
 reserved, as SGLang reserves slot 0 for padded tokens), fills ``req_to_token``,
-and derives the block table from it.  ``validate_block_table`` is the gate every
+and derives the block table from it.  At serving scale the pool has a fixed
+size (hundreds of thousands of pages) with the live pages spread over all of
+it, and requests may share a prefix's pages, as SGLang's radix cache does.  ``validate_block_table`` is the gate every
 kernel launch goes through: no kernel ever sees a table that is out of range or
 too short for its seq lens.
 """
@@ -55,9 +57,48 @@ def token_index(lengths: torch.Tensor, device=None):
     return request, torch.arange(total, device=device) - starts[request]
 
 
+def boundary_pages(num_pages: int, page_elements: int) -> list[int]:
+    """Pages on either side of where index arithmetic wraps, highest first, that this pool has.
+
+    Page ids wrap at 2^16 and 2^17 in 16/17-bit fields; element offsets
+    ``page * page_elements`` wrap at 2^30 (int32 bytes of a 2-byte dtype), 2^31
+    (int32 elements) and 2^32 (uint32: FlashInfer #3130).  For DeepSeek's
+    64 x 576 pages the last two are pages 58,254/58,255 and 116,508/116,509.
+    """
+    pages = {num_pages - 1}
+    for first_past in (1 << 16, 1 << 17):
+        pages |= {first_past - 1, first_past}
+    for limit in (1 << 30, 1 << 31, 1 << 32):
+        straddling = limit // page_elements      # the page whose elements cross the limit
+        pages |= {straddling, straddling + 1}
+    return sorted((p for p in pages if 1 <= p < num_pages), reverse=True)
+
+
+def choose_pages(used: int, num_pages: int, gen: torch.Generator, pinned=()) -> torch.Tensor:
+    """``used`` distinct pages of ``[1, num_pages)`` in random order; the ``pinned`` ones first in line.
+
+    The rest is a uniform sample of the whole range, so in a large pool the live pages spread
+    over all of it; page 0 stays reserved.
+    """
+    order = torch.randperm(num_pages - 1, generator=gen) + 1
+    pinned = torch.tensor(list(pinned)[:used], dtype=torch.long)
+    if len(pinned):
+        order = torch.cat([pinned, order[~torch.isin(order, pinned)]])
+    chosen = order[:used]
+    if len(pinned):                       # pinned pages go to random requests, not always the first
+        chosen = chosen[torch.randperm(used, generator=gen)]
+    return chosen.to(torch.int32)
+
+
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
-             padding: str = "minus_one", table_width: int | None = None, device="cpu") -> PageLayout:
+             padding: str = "minus_one", table_width: int | None = None, device="cpu",
+             pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=()) -> PageLayout:
     """Allocate shuffled pages for each request and build ``req_to_token`` and the block table.
+
+    ``pool_pages > 0`` fixes the pool's size (``extra_pages`` is then unused) and
+    spreads the live pages over all of it, ``pinned_pages`` among them.
+    ``shared_pages[r]``: request r's first pages are the first pages of one common
+    chain (same physical pages), as a radix cache shares a matched prefix.
 
     The page order is drawn on the CPU (so it is the same on every device); the
     per-token work runs on ``device``.
@@ -69,15 +110,31 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     b = len(cache_seqlens)
     lengths = torch.tensor(cache_seqlens, dtype=torch.long)
     need = (lengths + page_size - 1) // page_size
-    used = int(need.sum())
-    num_pages = 1 + used + extra_pages               # page 0 is reserved
-    order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
+    shared = torch.zeros(b, dtype=torch.long) if shared_pages is None else torch.tensor(shared_pages, dtype=torch.long)
+    if bool((shared > need).any()) or bool((shared < 0).any()):
+        r = int(((shared > need) | (shared < 0)).nonzero()[0])
+        raise InputError(f"request {r}: shares {int(shared[r])} pages but has {int(need[r])}")
+    chain = int(shared.max()) if b else 0             # the common prefix's pages come first in the order
+    own = need - shared
+    used = chain + int(own.sum())
+    if pool_pages:
+        if pool_pages < 1 + used:
+            raise InputError(f"pool_pages {pool_pages} cannot hold page 0 and the {used} pages the requests need")
+        num_pages = pool_pages
+        order = choose_pages(used, num_pages, gen, pinned_pages)
+    else:
+        num_pages = 1 + used + extra_pages               # page 0 is reserved
+        order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
     max_ctx = max(int(need.max()) if b else 0, 1) * page_size
     max_reqs = b + 2                                  # spare rows, as a real pool has
     req_pool_indices = torch.randperm(max_reqs, generator=gen)[:b].to(torch.int32)
-    first_page = torch.cumsum(need, 0) - need        # request r owns order[first_page[r] : + need[r]]
+    first_own = chain + torch.cumsum(own, 0) - own    # request r's own pages: order[first_own[r] : + own[r]]
     request, t = token_index(lengths, device)
-    pages = order.to(device)[first_page.to(device)[request] + t // page_size]
+    page_of_token = t // page_size
+    shared_d = shared.to(device)[request]
+    in_chain = page_of_token < shared_d
+    slot_in_order = torch.where(in_chain, page_of_token, first_own.to(device)[request] + page_of_token - shared_d)
+    pages = order.to(device)[slot_in_order]
     req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32, device=device)
     req_pool_indices = req_pool_indices.to(device)
     req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)

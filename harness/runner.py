@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import environment, isolation, scenarios
+from . import environment, isolation, resources, scenarios
 from .cases import Case
 from .errors import InputError
 from .outcome import BackendIdentity, Outcome, ResultRow
@@ -41,7 +41,7 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     """Run one case and return its result row.  Bad input raises ``InputError``."""
     started = time.perf_counter()
     try:
-        reason = backend.unsupported_reason(case, device)
+        reason = backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
         outcome = Outcome.unsupported(reason) if reason is not None else scenarios.run(case, backend, device)
     except InputError:
         raise

@@ -82,9 +82,12 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
                           max_elements=2**28, compute_dtype=torch.float64):
     """The same function, padded and vectorised over requests, heads and tokens.
 
-    Requests are processed in chunks so neither the score tensor nor the
-    gathered keys exceed ``max_elements`` entries.  Padded key slots are masked with ``where`` (not by
-    adding -inf), so poisoned (NaN) memory outside a request never leaks in.
+    Requests are taken shortest first in chunks, each padded to its longest request and
+    sized so neither the score tensor nor the gathered keys exceed ``max_elements``
+    entries: a long-tail batch of 512 pads little, and only the pages a chunk reads are
+    gathered (on the pool's device) and widened to ``compute_dtype``.  Padded key slots
+    are masked by selection (not by adding -inf), so poisoned (NaN) memory outside a
+    request never leaks in.
     """
     b, s_q, h_q, d_qk = q.shape
     page_size, h_kv = kv_pool.shape[1], kv_pool.shape[2]
@@ -95,13 +98,19 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
     lse = torch.full((b, h_q, s_q), math.inf, dtype=compute_dtype, device=device)
     if b == 0:
         return out, lse
-    longest = int(seqlens.max().clamp(min=0))
+    block_table = block_table.to(device)
+    order = torch.argsort(seqlens, stable=True)
+    sorted_lengths = seqlens[order].clamp(min=0).tolist()
     # both the scores (s_q * h_q per key) and the gathered keys (h_kv * d_qk per key) count
-    per_request = max(1, max(s_q * h_q, h_kv * d_qk) * max(longest, 1))
-    step = max(1, max_elements // per_request)
+    per_key = max(s_q * h_q, h_kv * d_qk)
     i = torch.arange(s_q, device=device)
-    for start in range(0, b, step):
-        rows = slice(start, min(b, start + step))
+    start = 0
+    while start < b:
+        end = start + 1                     # sorted: the chunk's last request is its longest
+        while end < b and (end + 1 - start) * max(sorted_lengths[end], 1) * per_key <= max_elements:
+            end += 1
+        rows = order[start:end]
+        start = end
         L = seqlens[rows]                                              # (c,)
         n_keys = int(L.max().clamp(min=0))
         if n_keys == 0:
@@ -109,12 +118,13 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
         t = torch.arange(n_keys, device=device)
         in_seq = t[None, :] < L[:, None]                               # (c, n)
         n_pages_used = (n_keys + page_size - 1) // page_size
-        table = block_table[rows, :n_pages_used].to(device).long()
+        table = block_table[rows, :n_pages_used].long()
         page_ids = table[:, t // page_size]
         page_ids = torch.where(in_seq, page_ids, torch.zeros_like(page_ids))  # never index padding
-        keys = kv_pool.to(device)[page_ids, t % page_size]             # (c, n, h_kv, d)
-        keys = _read(keys, descale_k, compute_dtype)
-        keys = torch.where(in_seq[:, :, None, None], keys, torch.zeros_like(keys))
+        pool_device = kv_pool.device
+        keys = kv_pool[page_ids.to(pool_device), (t % page_size).to(pool_device)]   # (c, n, h_kv, d)
+        keys = _read(keys.to(device), descale_k, compute_dtype)
+        keys.masked_fill_(~in_seq[:, :, None, None], 0.0)             # in place: the chunk's biggest tensor
         qf = _read(q[rows], descale_q, compute_dtype)                  # (c, s_q, h_q, d)
         qf = qf.view(-1, s_q, h_kv, group, d_qk)
         scores = torch.einsum("csgjd,cngd->cgjsn", qf, keys).flatten(1, 2) * softmax_scale  # (c, h_q, s_q, n)
@@ -124,10 +134,10 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
             limit = L[:, None].expand(-1, s_q).clamp(min=0)
         visible = t[None, None, :] < limit[:, :, None]                 # (c, s_q, n)
         visible = visible[:, None, :, :]                               # (c, 1, s_q, n)
-        scores = torch.where(visible, scores, torch.full_like(scores, -math.inf))
+        scores.masked_fill_(~visible, -math.inf)
         row_lse = torch.logsumexp(scores, dim=-1)                      # (c, h_q, s_q)
         empty = torch.isneginf(row_lse)
-        p = torch.exp(scores - torch.where(empty, torch.zeros_like(row_lse), row_lse)[..., None])
+        p = scores.sub_(torch.where(empty, torch.zeros_like(row_lse), row_lse)[..., None]).exp_()
         values = keys[..., :d_v]                                       # (c, n, h_kv, d_v)
         p = p.view(-1, h_kv, group, s_q, n_keys)
         o = torch.einsum("cgjsn,cngd->csgjd", p, values).flatten(2, 3)  # (c, s_q, h_q, d_v)

@@ -119,6 +119,12 @@ def test_unknown_key_names_file_and_key(tmp_path, capsys, launches, text, key):
     ("batch_size = 0", "batch_size"),
     ("kv_heads = 0", "kv_heads"),
     ("page_size = 1099511627776", "page_size"),     # refused before the allocator tries 2**40-slot pages
+    ("shared_prefix = 100", "shared_prefix"),        # a radix cache shares whole pages only
+    ("shared_prefix = -64", "shared_prefix"),
+    ("pool_pages = 3", "pool_pages"),                # cannot hold two requests of up to 90 tokens
+    ("pool_pages = -1", "pool_pages"),
+    ("pool_pages = 1099511627776", "pool_pages"),
+    ('scenario = "graph"\nshared_prefix = 64', "scenario"),
 ])
 def test_impossible_shape(tmp_path, capsys, launches, extra, key):
     spec, marker = launches

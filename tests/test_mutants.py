@@ -30,6 +30,7 @@ ONLY_IN_GROUPS = {
     "nan_empty_rows": {"empty-rows"},
     "nondeterministic": {"determinism"},
     "loads_padded_pages": {"padding"},
+    "page_id_16bit": {"spread-pool"},
 }
 
 

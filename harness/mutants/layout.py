@@ -57,3 +57,11 @@ class UnwrittenHeads(TorchBackend):
 class LoadsPaddedPages(TorchBackend):
     def page_ids(self, entries, real_page):
         return entries
+
+
+@mutant("page_id_16bit", "page ids kept in 16 bits: a page past 65,535 is read from page id & 0xFFFF "
+        "(the class of FlashInfer #3130's offset overflow, at page-id width)",
+        caught_by=("out.nonfinite", "out.element", "lse.element", "lse.nonfinite"))
+class PageId16Bit(TorchBackend):
+    def block_table(self, inputs):
+        return super().block_table(inputs) & 0xFFFF

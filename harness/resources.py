@@ -1,0 +1,106 @@
+"""Does a case fit the machine?  An estimate of its peak memory, checked before anything is built.
+
+Serving-scale cases (a 163,840-token context, a pool of 2^17+ pages, a batch of
+512) fit an H200 but not a laptop.  ``too_large_reason`` compares the estimated
+peak bytes of the case's inputs, the kernel's working set and the float64
+oracle with a budget: a fraction of the host's available RAM on the CPU, of the
+device's free memory on CUDA.  The estimate uses the case's real seq lens (a
+draw of ``batch_size`` integers from its seed, nothing else) and follows what
+``inputs.generate`` and ``reference.mla_attention_batched`` allocate.
+"""
+
+import os
+
+import torch
+
+from .cases import Case
+from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
+
+GiB = 1 << 30
+CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
+CUDA_FRACTION = 0.9     # the caching allocator's fragmentation and the CUDA context
+ORACLE_MAX_ELEMENTS = 2 ** 28   # reference.mla_attention_batched's chunk bound
+TORCH_BACKEND_KEYS = 8 * 64     # the torch backend's split: 8 pages of keys per request at a time
+# A CPU run's time grows with the cached KV it builds and reads: on 2 cores, 1.9e8 elements (a batch of
+# 64 long-tail requests) took 10 s and 1.3e9 (a batch of 512) 112 s, input building, torch backend and
+# oracle together.  Past this a case that fits in RAM is still no CPU job; a 163,840-token context is 9.4e7.
+CPU_MAX_KV_ELEMENTS = 2 ** 27
+
+
+def _size(dtype_name: str) -> int:
+    return torch.empty((), dtype=TORCH_DTYPES[dtype_name]).element_size()
+
+
+def estimated_bytes(case: Case) -> dict[str, int]:
+    """Peak bytes by part, and their ``total``: pools + the larger of input building and checking."""
+    cache = cache_seqlens_for(case, draw_seq_lens(case))
+    P, h_kv, d = case.page_size, case.kv_heads, case.d_qk
+    b, s_q, h_q = case.batch_size, case.s_q, case.heads
+    fp8 = case.dtype.startswith("fp8")
+    model = 2 if fp8 else _size(case.dtype)              # fp8 cases keep a bf16 model-precision pool
+    need = [-(-n // P) for n in cache]
+    shared = shared_pages_for(case, cache)
+    used = (max(shared) if shared else 0) + sum(n - s for n, s in zip(need, shared))
+    num_pages = case.pool_pages or 1 + used + case.extra_pages
+    token = h_kv * d                                     # elements per cached token
+    total_tokens = sum(cache)
+    longest = max(cache, default=0)
+
+    parts = {"pools": num_pages * P * token * (model + (1 if fp8 else 0))}
+    # generate(): float32 draws, their model-dtype copy, for fp8 the scaled float32 and the fp8 copy
+    parts["inputs"] = total_tokens * token * (4 + model + (4 + 1 if fp8 else 0))
+    # req_to_token, and about six int64 per-token index tensors (allocate, validate, write_kv)
+    parts["layout"] = (b + 2) * max(need, default=1) * P * 4 + total_tokens * 8 * 6
+    # the oracle's chunk: float64 keys and scores, one temporary of either size
+    chunk = min(ORACLE_MAX_ELEMENTS, b * max(longest, 1) * max(s_q * h_q, token))
+    oracle = chunk * 8 * 3
+    kernel = b * min(longest, TORCH_BACKEND_KEYS) * token * 4 * 3
+    # outputs: kernel's, the oracle's float64 (twice for fp8), the comparison's temporaries
+    outputs = b * s_q * h_q * case.d_v * 8 * (4 if fp8 else 3)
+    parts["checking"] = oracle + kernel + outputs
+    parts["total"] = parts["pools"] + parts["layout"] + max(parts["inputs"], parts["checking"])
+    return parts
+
+
+def available_bytes(device: str) -> tuple[int, str]:
+    """What the machine has now, and how it was measured."""
+    if torch.device(device).type == "cuda":
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)   # reusable
+        return free + cached, (f"{(free + cached) / GiB:.1f} GiB free or cached of {total / GiB:.1f} GiB "
+                               f"on {torch.cuda.get_device_name(device)}")
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+        return info["MemAvailable"], f"{info['MemAvailable'] / GiB:.1f} GiB available host RAM"
+    except (OSError, KeyError, ValueError, IndexError):
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return avail, f"{avail / GiB:.1f} GiB free host RAM"
+
+
+def kv_elements(case: Case) -> int:
+    """Cached KV elements the case writes and reads: its tokens times their width."""
+    return sum(cache_seqlens_for(case, draw_seq_lens(case))) * case.kv_heads * case.d_qk
+
+
+def too_large_reason(case: Case, device: str, available: int | None = None,
+                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS) -> str | None:
+    """Why ``case`` cannot be built on ``device`` (the numbers), or None if it fits.
+
+    ``available`` overrides the measured free memory (tests; a machine shared with others).
+    """
+    if torch.device(device).type == "cpu" and kv_elements(case) > cpu_max_kv_elements:
+        return (f"too large for a CPU run: {kv_elements(case):.2e} cached KV elements, over the "
+                f"{cpu_max_kv_elements:.2e} a CPU checks in about 10 s (it needs a GPU)")
+    fraction = CUDA_FRACTION if torch.device(device).type == "cuda" else CPU_FRACTION
+    if available is None:
+        available, measured = available_bytes(device)
+    else:
+        measured = f"{available / GiB:.1f} GiB given"
+    need = estimated_bytes(case)
+    budget = int(available * fraction)
+    if need["total"] <= budget:
+        return None
+    detail = ", ".join(f"{k} {v / GiB:.1f}" for k, v in need.items() if k != "total")
+    return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), "
+            f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
