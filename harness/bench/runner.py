@@ -1,0 +1,135 @@
+"""Verify first, then time: one bench row per (case, backend).
+
+A case's inputs are generated once and shared by every backend, and the backends
+take turns on each case, so they are compared on the same tensors, close in time.
+A backend first makes one call that is judged against the float64 oracle exactly
+as ``mla-verify run`` judges it; only a pass is timed.  A wrong kernel has no speed:
+its row keeps the failure and carries no timing.
+"""
+
+import gc
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .. import scenarios
+from ..errors import InputError
+from ..inputs import generate
+from ..runner import base_row
+from . import counting, crosscheck, launchers, timing
+
+CPU_NOTE = "CPU wall-clock timing: these are not GPU numbers"
+
+
+@dataclass
+class BenchOptions:
+    iters: int = 50
+    warmup: int = 5
+    cross_check: bool = False
+
+
+def rerun_command(case, backend_spec: str, device: str) -> str:
+    return f"mla-verify bench --suite {case.suite} --backend {backend_spec} --device {device} --case {case.id}"
+
+
+def _error(e: Exception, what: str) -> str:
+    return f"{what}{type(e).__name__}: {e}".splitlines()[0][:500]
+
+
+def measure(backend, inputs, eager_out, ceilings, options: BenchOptions) -> dict:
+    """Kernel and end-to-end times of a verified call, counted against the ceilings."""
+    gpu = inputs.device.type == "cuda"
+    launch, scope = launchers.kernel_launch(backend, inputs)
+    step, e2e_mode, e2e_note = launchers.e2e_step(backend, inputs, eager_out)
+    breakdown = None
+    if gpu:
+        flush = timing.L2Flush(inputs.device)
+        kernel_s, breakdown = timing.kernel_times_kineto(launch, options.iters, options.warmup, flush)
+        e2e_s = timing.e2e_times_cuda(step, options.iters, options.warmup, flush) if step else None
+        timer = f"kineto device time, L2 flushed ({flush.nbytes >> 20} MiB rewritten) before each call"
+        del flush
+    else:
+        kernel_s = timing.wall_times(launch, options.iters, options.warmup)
+        e2e_s = timing.wall_times(step, options.iters, options.warmup) if step else None
+        timer = CPU_NOTE
+    kernel = timing.summary(kernel_s)
+    work = counting.count_inputs(inputs, backend.capabilities)
+    out = {
+        "timed": True, "gpu_numbers": gpu, "timer": timer, "kernel_scope": scope,
+        "iters": options.iters, "warmup": options.warmup,
+        "seqlen_mean": float(inputs.cache_seqlens.double().mean()),
+        "kernel_us": kernel, "e2e_mode": e2e_mode,
+        "e2e_us": timing.summary(e2e_s) if e2e_s else None,
+        **counting.roofline(work, kernel["p50"] / 1e6, ceilings.copy_bytes_per_s, ceilings.matmul_flop_per_s),
+        "ceilings": ceilings.to_dict(),
+    }
+    if e2e_note:
+        out["e2e_note"] = e2e_note
+    if breakdown:
+        top = sorted(breakdown.items(), key=lambda kv: -kv[1])[:6]
+        out["kernels_us"] = {name[:160]: us for name, us in top}
+    if options.cross_check:
+        try:
+            independent = crosscheck.do_bench_cudagraph_us(launch)
+            out["cross_check"] = crosscheck.compare(kernel["p50"], independent,
+                                                    "triton.testing.do_bench_cudagraph, median")
+        except Exception as e:   # the launch cannot be captured: say so, the row keeps its kernel time
+            out["cross_check"] = {"method": "triton.testing.do_bench_cudagraph", "agrees": False,
+                                  "error": _error(e, "")}
+    return out
+
+
+def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, options: BenchOptions) -> dict:
+    row = {**base_row(case, backend, spec, device), "kind": "bench",
+           "rerun": rerun_command(case, spec, device)}
+    started = time.perf_counter()
+    try:
+        reason = backend.unsupported_reason(case, device)
+        if reason is not None:
+            return {**row, "status": "unsupported", "reason": reason, "bench": {"timed": False, "why": reason}}
+        inputs = get_inputs()
+        out, lse, _ = scenarios.launch(backend, inputs)
+        row.update(scenarios.judge(case, backend, inputs, out, lse))
+    except InputError:
+        raise
+    except Exception as e:   # the kernel or its adapter raised: a row, and the run goes on
+        why = _error(e, "")
+        row.update({"status": "error", "reason": why, "failed_checks": ["raised"],
+                    "bench": {"timed": False, "why": "the kernel raised: " + why}})
+        row["wall_s"] = time.perf_counter() - started
+        return row
+    if row["status"] != "pass":
+        row["bench"] = {"timed": False, "why": f"failed verification ({row.get('reason')}): a wrong kernel has "
+                                               f"no speed"}
+        row["kernel_ms"] = None
+    else:
+        try:
+            row["bench"] = measure(backend, inputs, out, ceilings, options)
+            row["kernel_ms"] = row["bench"]["kernel_us"]["p50"] / 1e3
+        except Exception as e:   # timing machinery failed (no CUPTI, capture refused): no number, say why
+            row["bench"] = {"timed": False, "why": _error(e, "timing failed: ")}
+            row["kernel_ms"] = None
+    row["wall_s"] = time.perf_counter() - started
+    return row
+
+
+def run_bench(cases, backends, device: str, ceilings, options: BenchOptions, record) -> list[dict]:
+    """Every (case, backend) in case-major order; ``record(row)`` is called as each row is done."""
+    rows = []
+    for case in cases:
+        cache = {}
+
+        def get_inputs(case=case, cache=cache):
+            if "inputs" not in cache:
+                cache["inputs"] = generate(case, device)
+            return cache["inputs"]
+        for spec, backend in backends:
+            row = bench_one(case, backend, spec, device, get_inputs, ceilings, options)
+            rows.append(row)
+            record(row)
+        cache.clear()
+        gc.collect()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
