@@ -78,24 +78,35 @@ def _timer(device):
     return timed
 
 
-def measure(device: str) -> Ceilings:
-    sizes = GPU_SIZES if torch.device(device).type == "cuda" else CPU_SIZES
+def _copy_rate(device, nbytes: int, runs: int) -> float:
+    """Bytes read + written per second by ``dst.copy_(src)``, best of ``runs``."""
     timed = _timer(device)
-    src = torch.empty(sizes["copy_bytes"], dtype=torch.uint8, device=device).random_()
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    for _ in range(3):                   # warm-up: first-touch and clock ramp
+    for _ in range(3):                   # warm-up: first touch and clock ramp
         dst.copy_(src)
-    copy_s = min(timed(lambda: dst.copy_(src)) for _ in range(sizes["runs"]))
-    del src, dst
-    n = sizes["matmul_n"]
+    return 2 * nbytes / min(timed(lambda: dst.copy_(src)) for _ in range(runs))
+
+
+def _matmul_rate(device, n: int, runs: int) -> float:
+    """FLOP/s of a bf16 ``n x n x n`` torch.mm, best of ``runs``."""
+    timed = _timer(device)
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     for _ in range(3):
         torch.mm(a, b)
-    mm_s = min(timed(lambda: torch.mm(a, b)) for _ in range(sizes["runs"]))
+    return 2 * n ** 3 / min(timed(lambda: torch.mm(a, b)) for _ in range(runs))
+
+
+def measure(device: str) -> Ceilings:
+    sizes = GPU_SIZES if torch.device(device).type == "cuda" else CPU_SIZES
+    copy = _copy_rate(device, sizes["copy_bytes"], sizes["runs"])
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()         # give the 2 GiB of copy buffers back before the matmul
+    n = sizes["matmul_n"]
     return Ceilings(
-        device_name=device_name(device), copy_bytes_per_s=2 * sizes["copy_bytes"] / copy_s,
-        matmul_flop_per_s=2 * n ** 3 / mm_s,
+        device_name=device_name(device), copy_bytes_per_s=copy,
+        matmul_flop_per_s=_matmul_rate(device, n, sizes["runs"]),
         method=(f"copy: best of {sizes['runs']} copies of {sizes['copy_bytes'] >> 20} MiB, read + write bytes; "
                 f"matmul: best of {sizes['runs']} bf16 torch.mm {n}x{n}x{n}, 2n^3 FLOPs"),
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), torch=torch.__version__)
