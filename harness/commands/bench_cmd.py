@@ -58,10 +58,10 @@ def load_backends(spec: str) -> list:
             loaded.append((name, load_backend(name)))
         except (InputError, Exception) as e:   # an unknown or unimportable backend: report it, carry on
             failed.append(f"{name}: {e}")
-    for f in failed:
-        print(f"mla-verify: bench: backend not loaded, skipped: {f}", file=sys.stderr)
     if not loaded:
         raise InputError("--backend: no backend could be loaded (" + "; ".join(failed) + ")")
+    for f in failed:
+        print(f"mla-verify: bench: backend not loaded, skipped: {f}", file=sys.stderr)
     return loaded
 
 

@@ -101,9 +101,8 @@ def roofline(rows: list[dict]) -> str:
     ys = [_f(r["bench"]["flop_per_s"]) for r in timed]
     have_ceil = math.isfinite(ridge)
     x0, x1 = _decades(min(xs + ([ridge] if have_ceil else [])) / 2, max(xs + ([ridge] if have_ceil else [])) * 2)
-    y0, y1 = _decades(min(ys + ([bw * 10 ** math.floor(math.log10(min(xs)))] if have_ceil else [])),
-                      max(ys + ([peak * 1.5] if have_ceil else [])))
-    y0 = max(y0, y1 - 6)                # keep six decades at most: the ceilings stay readable
+    y0, y1 = _decades(min(ys + ([bw * 10.0 ** x0] if have_ceil else [])), max(ys + ([peak * 1.5] if have_ceil else [])))
+    y0 = max(y0, y1 - 6)                # six decades at most: the ceilings stay readable
     left, top, w, h = 74, 28, 560, 300
     X = lambda v: left + (math.log10(v) - x0) / (x1 - x0) * w                                   # noqa: E731
     Y = lambda v: top + h - (min(max(math.log10(v), y0), y1) - y0) / (y1 - y0) * h              # noqa: E731
@@ -120,7 +119,7 @@ def roofline(rows: list[dict]) -> str:
                    f"{_si(10.0 ** d, 'FLOP/s')}</text>")
     out.append(f"<rect x='{left}' y='{top}' width='{w}' height='{h}' fill='none' class='axis'/>")
     if have_ceil:
-        xa, xr, xb = 10.0 ** x0, ridge, 10.0 ** x1
+        xa, xr, xb = max(10.0 ** x0, 10.0 ** y0 / bw), ridge, 10.0 ** x1      # the memory line enters at y0
         out.append(f"<line class='cmem' x1='{X(xa):.1f}' y1='{Y(bw * xa):.1f}' x2='{X(xr):.1f}' y2='{Y(peak):.1f}'>"
                    f"<title>copy bandwidth {_si(bw, 'B/s')}</title></line>"
                    f"<line class='ccmp' x1='{X(xr):.1f}' y1='{Y(peak):.1f}' x2='{X(xb):.1f}' y2='{Y(peak):.1f}'>"
