@@ -94,11 +94,22 @@ def split_iterations(events, flush_names: set, iters: int):
     return sums, dict(per_name)
 
 
+_FLUSH_NAMES: dict = {}   # per (device, size): the flush's kernel names, profiled once a process
+
+
+def flush_kernel_names(flush: L2Flush) -> set:
+    key = (str(flush.buf.device), flush.nbytes)
+    if key not in _FLUSH_NAMES:
+        names = {e.name for e in _profile(flush, 2)}
+        if not names:
+            raise RuntimeError("kineto recorded no device activity for the L2 flush (is CUPTI available?)")
+        _FLUSH_NAMES[key] = names
+    return _FLUSH_NAMES[key]
+
+
 def kernel_times_kineto(fn, iters: int, warmup: int, flush: L2Flush):
     """Seconds per iteration of ``fn``'s device work, L2 flushed before each; plus a per-kernel breakdown."""
-    flush_names = {e.name for e in _profile(flush, 2)}
-    if not flush_names:
-        raise RuntimeError("kineto recorded no device activity for the L2 flush (is CUPTI available?)")
+    flush_names = flush_kernel_names(flush)
     for _ in range(warmup):
         flush()
         fn()
