@@ -419,3 +419,41 @@ def test_an_unloadable_backend_among_others_is_a_line_not_an_abort(tmp_path, mon
     assert "backend not loaded, skipped: sglang-triton-not-here" in err
     rows = read_rows(tmp_path / "x.jsonl")
     assert [(r["backend"], r["status"]) for r in rows] == [("torch", "pass")]
+
+
+# ---- what is timed ---------------------------------------------------------------------------
+
+def test_kernel_launch_takes_the_narrowest_call_offered():
+    from harness.backends.torch_backend import TorchBackend
+    from harness.bench.launchers import declares_graph, e2e_step, kernel_launch
+    _, inputs = _inputs("bf16")
+    calls = []
+
+    class WithHook(TorchBackend):
+        def bench_launch(self, inputs):
+            return lambda: calls.append("launch")
+
+    class FlashLike(TorchBackend):
+        def metadata_for(self, inputs):
+            calls.append("metadata")
+            return "meta"
+
+        def call(self, inputs, meta):
+            calls.append(f"call({meta})")
+
+    fn, scope = kernel_launch(WithHook(), inputs)
+    fn()
+    assert calls == ["launch"] and "bench_launch" in scope
+    calls.clear()
+    fn, scope = kernel_launch(FlashLike(), inputs)
+    fn()
+    fn()
+    assert calls == ["metadata", "call(meta)", "call(meta)"] and "metadata computed outside" in scope
+    fn, scope = kernel_launch(TorchBackend(), inputs)
+    assert scope.startswith("whole run()") and fn()[0].shape[-1] == 512
+    step, mode, note = e2e_step(TorchBackend(), inputs, fn()[0])
+    assert mode == "eager" and note is None and step()[0].shape[-1] == 512     # the CPU never captures a graph
+    assert not declares_graph(TorchBackend())
+    graphy = TorchBackend()
+    graphy.cuda_graph = True
+    assert declares_graph(graphy)

@@ -25,7 +25,7 @@ def available() -> str | None:
     return None
 
 
-def do_bench_cudagraph_us(fn, rep_ms: int = 100) -> float:
+def do_bench_cudagraph_us(fn, rep_ms: int = 50) -> float:
     """Median microseconds per call of ``fn`` under ``triton.testing.do_bench_cudagraph``."""
     from triton.testing import do_bench_cudagraph
     with torch.cuda.stream(torch.cuda.Stream()):   # older triton refuses to capture on the default stream
