@@ -101,7 +101,7 @@ def roofline(rows: list[dict]) -> str:
     ys = [_f(r["bench"]["flop_per_s"]) for r in timed]
     have_ceil = math.isfinite(ridge)
     x0, x1 = _decades(min(xs + ([ridge] if have_ceil else [])) / 2, max(xs + ([ridge] if have_ceil else [])) * 2)
-    y0, y1 = _decades(min(ys + ([bw * 10.0 ** x0] if have_ceil else [])), max(ys + ([peak * 1.5] if have_ceil else [])))
+    y0, y1 = _decades(min(ys + ([bw * 10.0 ** x0] if have_ceil else [])), max(ys + ([peak * 1.2] if have_ceil else [])))
     y0 = max(y0, y1 - 6)                # six decades at most: the ceilings stay readable
     left, top, w, h = 74, 28, 560, 300
     X = lambda v: left + (math.log10(v) - x0) / (x1 - x0) * w                                   # noqa: E731
