@@ -457,3 +457,27 @@ def test_kernel_launch_takes_the_narrowest_call_offered():
     graphy = TorchBackend()
     graphy.cuda_graph = True
     assert declares_graph(graphy)
+
+
+# ---- on a GPU with FlashMLA (skipped elsewhere) -------------------------------------------------
+
+def _flashmla_here() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device here"
+    from harness.backends.flashmla import find_api
+    api, errors = find_api()
+    return None if api is not None else "; ".join(errors)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_flashmla_here() is not None, reason=f"needs CUDA and FlashMLA: {_flashmla_here()}")
+def test_flashmla_bench_uses_kineto_and_the_graph_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLA_VERIFY_CACHE_DIR", str(tmp_path))
+    code, out, err = run_cli(["bench", "--suite", "smoke", "--case", "smoke/decode-bf16,smoke/verify-bf16/0",
+                              "--backend", "flashmla", "--iters", 5, "--warmup", 1, "--out", tmp_path / "g.jsonl"])
+    assert code == 0, out + err
+    for r in read_rows(tmp_path / "g.jsonl"):
+        b = r["bench"]
+        assert r["status"] == "pass" and b["timed"] and b["gpu_numbers"]
+        assert b["timer"].startswith("kineto") and b["kernels_us"], b["timer"]
+        assert b["kernel_scope"].startswith("launch only") and b["e2e_mode"].startswith("cuda-graph"), b

@@ -121,6 +121,27 @@ def kernel_times_kineto(fn, iters: int, warmup: int, flush: L2Flush):
     return split_iterations(_profile(step, iters), flush_names, iters)
 
 
+def kernel_times_events(fn, iters: int, warmup: int, flush: L2Flush) -> list[float]:
+    """The fallback when kineto records nothing: CUDA events around each call, L2 flushed before it.
+
+    The flush (a 256 MiB rewrite) keeps the GPU busy while the host enqueues the call, so the events
+    see device time; gaps between the call's kernels count, which kineto's sum leaves out.
+    """
+    for _ in range(warmup):
+        flush()
+        fn()
+    pairs = []
+    for _ in range(iters):
+        flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) / 1e3 for s, e in pairs]
+
+
 def e2e_times_cuda(step, iters: int, warmup: int, flush: L2Flush) -> list[float]:
     """Seconds per ``step`` from an idle GPU: host work inside ``step`` counts."""
     for _ in range(warmup):

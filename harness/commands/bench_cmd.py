@@ -124,6 +124,10 @@ def finish(rows, path, csv_path) -> int:
     if wide:
         print(f"note: {len(wide)} row(s) have a wide spread (p90/p10 > 1.10): the device was noisy; rerun before "
               f"reading small differences. Compare backends only within one run.")
+    fallback = [r for r in rows if str((r.get("bench") or {}).get("timer", "")).startswith("CUDA events")]
+    if fallback:
+        print(f"note: kineto failed on {len(fallback)} row(s); their kernel time is CUDA-event time per call "
+              f"(see bench.timer in the rows)")
     bad = [r for r in rows if r["status"] not in ("pass", "unsupported")]
     disagree = [r for r in rows if (r.get("bench") or {}).get("cross_check", {}).get("agrees") is False]
     counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
