@@ -27,6 +27,7 @@ class BenchOptions:
     iters: int = 50
     warmup: int = 5
     cross_check: bool = False
+    l2_flush: str = "read"
 
 
 def rerun_command(case, backend_spec: str, device: str) -> str:
@@ -44,13 +45,13 @@ def measure(backend, inputs, eager_out, ceilings, options: BenchOptions) -> dict
     step, e2e_mode, e2e_note = launchers.e2e_step(backend, inputs, eager_out)
     breakdown = None
     if gpu:
-        flush = timing.L2Flush(inputs.device)
-        timer = f"kineto device time, L2 flushed ({flush.nbytes >> 20} MiB rewritten) before each call"
+        flush = timing.L2Flush(inputs.device, mode=options.l2_flush)
+        timer = f"kineto device time; {flush.describe()}"
         try:
             kernel_s, breakdown = timing.kernel_times_kineto(launch, options.iters, options.warmup, flush)
         except Exception as e:   # no CUPTI, or a trace that does not split cleanly: CUDA events, and say so
             kernel_s = timing.kernel_times_events(launch, options.iters, options.warmup, flush)
-            timer = f"CUDA events around each call, L2 flushed (kineto failed: {e})"[:300]
+            timer = f"CUDA events around each call; {flush.describe()} (kineto failed: {e})"[:300]
         e2e_s = timing.e2e_times_cuda(step, options.iters, options.warmup, flush) if step else None
         del flush
     else:

@@ -1,11 +1,14 @@
 """Timing: kernel time as FlashMLA's kernelkit measures it, end-to-end time, percentiles.
 
 Kernel time on a GPU: kineto (``torch.profiler`` with CUDA activity) records every
-device activity of ``iters`` iterations; before each one, a 256 MiB buffer is rewritten
-(``bitwise_not_``), so the kernel starts with a cold L2 (an H200 has 50 MB).  The
-flush's own kernel is named by profiling it alone first, then its events split the
-trace into iterations and are dropped; an iteration's time is the sum of its other
-device activities' durations (kernels, and any memcpy/memset the call issues).
+device activity of ``iters`` iterations; before each one the L2 is flushed (an H200
+has 50 MB).  The default flush *reads* a 256 MiB buffer (a row-wise sum): it evicts
+everything and leaves clean lines, so the timed kernel does not pay the write-back of
+the flush's own dirty lines, as it would after kernelkit's memset (``--l2-flush write``
+rewrites the buffer instead; ``none`` runs a 1 KiB marker).  The flush's kernels are
+named by profiling it alone first; that sequence of names splits the trace into
+iterations and is dropped.  An iteration's time is the sum of its other device
+activities' durations (kernels, and any memcpy/memset the call issues).
 
 End-to-end time on a GPU: CUDA events around one step (metadata or ``plan()`` plus the
 launch or graph replay) on an idle, synchronised GPU, so host work inside the step
@@ -42,15 +45,30 @@ def summary(seconds: list[float]) -> dict:
     return {"p10": p10, "p50": p50, "p90": p90, "n": len(us), "spread": spread, "wide": spread > WIDE_SPREAD}
 
 
-class L2Flush:
-    """Rewrites a buffer larger than any L2 (a 256 MiB read and write)."""
+FLUSH_MODES = ("read", "write", "none")
 
-    def __init__(self, device, nbytes: int = FLUSH_BYTES):
-        self.buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-        self.nbytes = nbytes
+
+class L2Flush:
+    """Sweeps a buffer larger than any L2 between timed calls (``mode``: read, write or none)."""
+
+    def __init__(self, device, nbytes: int = FLUSH_BYTES, mode: str = "read"):
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"L2 flush mode {mode!r} (known: {', '.join(FLUSH_MODES)})")
+        self.mode = mode
+        self.nbytes = nbytes if mode != "none" else 1024
+        self.buf = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
 
     def __call__(self):
-        self.buf.bitwise_not_()
+        if self.mode == "read":      # row-wise, so one kernel and no cross-block semaphores
+            self.buf.view(-1, 1024).sum(dim=1, dtype=torch.int32)
+        else:                        # "write", and "none": the same op on a 1 KiB buffer, a marker only
+            self.buf.bitwise_not_()
+
+    def describe(self) -> str:
+        if self.mode == "none":
+            return "no L2 flush (a 1 KiB marker kernel between calls)"
+        verb = "read (row-wise sum)" if self.mode == "read" else "rewritten (bitwise_not_)"
+        return f"L2 flushed before each call: {self.nbytes >> 20} MiB {verb}"
 
 
 def _device_events(prof):
@@ -67,26 +85,29 @@ def _profile(fn, iters: int):
     return _device_events(prof)
 
 
-def split_iterations(events, flush_names: set, iters: int):
+def split_iterations(events, flush_seq: tuple, iters: int):
     """Per-iteration sums of non-flush durations (seconds) and the mean time per kernel name (us).
 
-    ``events`` are device events in start order, each with ``name`` and ``time_range``; a run of
-    flush events opens an iteration.  Anything inconsistent raises: a wrong number is worse than none.
+    ``events`` are device events in start order, each with ``name`` and ``time_range``.  Each run of
+    names equal to ``flush_seq`` (the flush's own kernels, in order) opens an iteration and is
+    dropped; a backend kernel that shares one name with the flush is still counted.  Anything
+    inconsistent raises: a wrong number is worse than none.
     """
+    names = [e.name for e in events]
+    k = len(flush_seq)
     sums, per_name = [], defaultdict(float)
-    in_flush = False
-    for e in events:
-        if e.name in flush_names:
-            if not in_flush:
-                sums.append(0.0)
-            in_flush = True
+    i = 0
+    while i < len(events):
+        if tuple(names[i:i + k]) == flush_seq:
+            sums.append(0.0)
+            i += k
             continue
-        in_flush = False
-        if not sums:
-            continue                     # before the first flush: not ours
-        dur = (e.time_range.end - e.time_range.start) / 1e6
-        sums[-1] += dur
-        per_name[e.name] += dur * 1e6 / iters
+        if sums:                         # before the first flush: not ours
+            e = events[i]
+            dur = (e.time_range.end - e.time_range.start) / 1e6
+            sums[-1] += dur
+            per_name[e.name] += dur * 1e6 / iters
+        i += 1
     if len(sums) != iters:
         raise RuntimeError(f"kineto: found {len(sums)} flushed iterations, expected {iters}")
     if any(s <= 0 for s in sums):
@@ -94,22 +115,24 @@ def split_iterations(events, flush_names: set, iters: int):
     return sums, dict(per_name)
 
 
-_FLUSH_NAMES: dict = {}   # per (device, size): the flush's kernel names, profiled once a process
+_FLUSH_SEQ: dict = {}   # per (device, mode): the flush's kernel names in order, profiled once a process
 
 
-def flush_kernel_names(flush: L2Flush) -> set:
-    key = (str(flush.buf.device), flush.nbytes)
-    if key not in _FLUSH_NAMES:
-        names = {e.name for e in _profile(flush, 2)}
+def flush_sequence(flush: L2Flush) -> tuple:
+    key = (str(flush.buf.device), flush.mode, flush.nbytes)
+    if key not in _FLUSH_SEQ:
+        flush()                          # the first call may carry one-off work
+        torch.cuda.synchronize()
+        names = tuple(e.name for e in _profile(flush, 1))
         if not names:
             raise RuntimeError("kineto recorded no device activity for the L2 flush (is CUPTI available?)")
-        _FLUSH_NAMES[key] = names
-    return _FLUSH_NAMES[key]
+        _FLUSH_SEQ[key] = names
+    return _FLUSH_SEQ[key]
 
 
 def kernel_times_kineto(fn, iters: int, warmup: int, flush: L2Flush):
     """Seconds per iteration of ``fn``'s device work, L2 flushed before each; plus a per-kernel breakdown."""
-    flush_names = flush_kernel_names(flush)
+    flush_seq = flush_sequence(flush)
     for _ in range(warmup):
         flush()
         fn()
@@ -118,7 +141,7 @@ def kernel_times_kineto(fn, iters: int, warmup: int, flush: L2Flush):
     def step():
         flush()
         fn()
-    return split_iterations(_profile(step, iters), flush_names, iters)
+    return split_iterations(_profile(step, iters), flush_seq, iters)
 
 
 def kernel_times_events(fn, iters: int, warmup: int, flush: L2Flush) -> list[float]:

@@ -28,6 +28,8 @@ def add_parser(sub):
     p.add_argument("--warmup", type=int, help=f"untimed warm-up calls (default {GPU_ITERS[1]} GPU, {CPU_ITERS[1]} CPU)")
     p.add_argument("--cross-check", action="store_true",
                    help="also time each launch with triton.testing.do_bench_cudagraph; they must agree within 3%%")
+    p.add_argument("--l2-flush", choices=["read", "write", "none"], default="read",
+                   help="GPU: between timed calls, read (default) or rewrite a 256 MiB buffer, or do not flush L2")
     p.add_argument("--remeasure-ceilings", action="store_true",
                    help="measure copy bandwidth and bf16 matmul rate again instead of reading the cache")
     p.set_defaults(func=main)
@@ -88,7 +90,7 @@ def main(args) -> int:
     backends = load_backends(args.backend or ("auto" if device == "cuda" else "torch,reference"))
     iters, warmup = GPU_ITERS if device == "cuda" else CPU_ITERS
     options = BenchOptions(iters=args.iters or iters, warmup=warmup if args.warmup is None else args.warmup,
-                           cross_check=args.cross_check)
+                           cross_check=args.cross_check, l2_flush=args.l2_flush)
     path = args.out or f"reports/bench-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     if args.csv:   # opened now: a bad path is found before the run, not after it
         try:
