@@ -4,7 +4,8 @@
 #
 #   OUT=/some/dir scripts/gpu/bench.sh        (default OUT: reports/bench-gpu)
 #
-# Writes into $OUT: gpu.txt (nvidia-smi before the runs), crosscheck.{jsonl,csv,log,html},
+# Writes into $OUT: gpu.txt (nvidia-smi before the runs), crosscheck{,-noflush}.{jsonl,csv,log},
+# crosscheck.html,
 # bench.{jsonl,csv,log,html}, and cache/ceilings-<device>.json (the measured ceilings).
 # The kernel packages come from PYTHONPATH: every folder under .site/ is added to it.
 # A backend that does not load (not installed, not merged yet) is a line in bench.log, not an abort;
@@ -36,6 +37,12 @@ timeout 90 $MLA bench --suite bench --case bench/flashmla-headline --backend fla
   | tee "$OUT/crosscheck.log"
 echo "cross-check exit: ${PIPESTATUS[0]}"
 csv_from_rows "$OUT/crosscheck"
+
+echo "== 1b. the same without the L2 flush (do_bench_cudagraph never flushes): how much the flush moves it"
+timeout 60 $MLA bench --suite bench --case bench/flashmla-headline --backend flashmla --cross-check --l2-flush none \
+  --iters 50 --out "$OUT/crosscheck-noflush.jsonl" --csv "$OUT/crosscheck-noflush.csv" 2>&1 \
+  | tee "$OUT/crosscheck-noflush.log"
+echo "cross-check (no flush) exit: ${PIPESTATUS[0]}"
 
 echo "== 2. record: $BACKENDS on cases/bench.toml"
 timeout 240 $MLA bench --suite bench --backend "$BACKENDS" --iters 30 \
