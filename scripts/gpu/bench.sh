@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The bench record on a GPU box (the H200): a cross-check of the harness's kernel times, then the
-# record suite with every paged-MLA backend side by side, then the reports.  About 4 minutes.
+# record suite with every paged-MLA backend side by side, then the reports.  Aimed at about 4 minutes;
+# each step is time-limited (90, 60, 240 s).
 #
 #   OUT=/some/dir scripts/gpu/bench.sh        (default OUT: reports/bench-gpu)
 #
 # Writes into $OUT: gpu.txt (nvidia-smi before the runs), crosscheck{,-noflush}.{jsonl,csv,log},
-# crosscheck.html,
-# bench.{jsonl,csv,log,html}, and cache/ceilings-<device>.json (the measured ceilings).
+# crosscheck.html, bench.{jsonl,csv,log,html}, and cache/ceilings-<device>.json (the measured ceilings).
 # The kernel packages come from PYTHONPATH: every folder under .site/ is added to it.
 # A backend that does not load (not installed, not merged yet) is a line in bench.log, not an abort;
 # each step has a time limit, and rows finished before it are kept (JSONL is written row by row).
