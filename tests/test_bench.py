@@ -497,3 +497,11 @@ def test_flashmla_bench_uses_kineto_and_the_graph_session(tmp_path, monkeypatch)
         assert r["status"] == "pass" and b["timed"] and b["gpu_numbers"]
         assert b["timer"].startswith("kineto") and b["kernels_us"], b["timer"]
         assert b["kernel_scope"].startswith("launch only") and b["e2e_mode"].startswith("cuda-graph"), b
+
+
+def test_case_selection_takes_ids_and_groups():
+    from harness.commands.bench_cmd import select_cases
+    suites = [load_suite("smoke")]
+    chosen = select_cases(suites, "smoke/fp8,smoke/decode-bf16/0,smoke/fp8/1")
+    assert [c.id for c in chosen] == ["smoke/fp8/0", "smoke/fp8/1", "smoke/decode-bf16/0"]
+    assert len(select_cases(suites, None)) == len(suites[0].cases)
