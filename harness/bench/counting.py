@@ -1,0 +1,93 @@
+"""What a paged MLA call does and moves, counted the way FlashMLA's benchmark counts it.
+
+- ``FLOPs = b * h_q * s_q * 2 * L_mean * (d_qk + d_v)``: two matmuls per query row over the
+  keys it attends (QK^T over d_qk, PV over d_v), L_mean the mean of the kernel's
+  ``cache_seqlens`` (verify's lengths include the drafts).  The causal mask is ignored,
+  as FlashMLA's count ignores it.
+- ``bytes = sum(L) * h_kv * d_qk * kv_bytes + b * s_q * h_q * (d_qk * q_bytes + d_v * out_bytes)``:
+  the KV is read once per KV head (V is the first d_v of the same latent, not read again), plus
+  q read and out written once.  The LSE (4 bytes a row) is left out, as FlashMLA leaves it out.
+
+A result is memory-bound when its intensity (FLOP/byte) is below the ridge point
+(matmul rate / copy bandwidth), compute-bound otherwise; its % of ceiling is taken
+against the ceiling that bounds it.
+"""
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: float
+    bytes: float
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte."""
+        return self.flops / self.bytes if self.bytes else math.nan
+
+
+def count(batch: int, heads: int, kv_heads: int, s_q: int, seqlens_total: int, d_qk: int, d_v: int,
+          kv_bytes: int, q_bytes: int, out_bytes: int) -> Work:
+    """FLOPs and bytes of one call; ``seqlens_total`` is ``sum(cache_seqlens)`` (= b * L_mean)."""
+    flops = heads * s_q * 2 * seqlens_total * (d_qk + d_v)
+    kv = seqlens_total * kv_heads * d_qk * kv_bytes
+    q = batch * s_q * heads * d_qk * q_bytes
+    out = batch * s_q * heads * d_v * out_bytes
+    return Work(flops=float(flops), bytes=float(kv + q + out))
+
+
+def q_element_bytes(inputs, capabilities) -> int:
+    """Bytes of one q element as the kernel reads it: fp8 only when the engine quantises q itself."""
+    if inputs.is_fp8 and getattr(capabilities, "fp8_q", "quantized_k_scale") != "quantized_k_scale":
+        return inputs.q_model.element_size()      # bf16 q (FlashInfer), or cast inside the kernel
+    return inputs.q.element_size()
+
+
+def out_element_bytes(inputs, capabilities) -> int:
+    """Bytes of one out element: the backend's declared out dtype, else the model dtype (bf16 for fp8).
+
+    Taken from the declaration, not from the tensor a backend returns, so one case has one
+    intensity on every backend (the float64 reference would otherwise count 8-byte outputs).
+    """
+    import torch
+
+    from ..inputs import TORCH_DTYPES
+    name = getattr(capabilities, "out_dtype", None)
+    if name in TORCH_DTYPES:
+        return torch.empty((), dtype=TORCH_DTYPES[name]).element_size()
+    return torch.empty((), dtype=inputs.model_dtype).element_size()
+
+
+def count_inputs(inputs, capabilities) -> Work:
+    return count(batch=inputs.batch_size, heads=inputs.q.shape[2], kv_heads=inputs.kv_pool.shape[2], s_q=inputs.s_q,
+                 seqlens_total=int(inputs.cache_seqlens.sum()), d_qk=inputs.q.shape[3], d_v=inputs.d_v,
+                 kv_bytes=inputs.kv_pool.element_size(), q_bytes=q_element_bytes(inputs, capabilities),
+                 out_bytes=out_element_bytes(inputs, capabilities))
+
+
+def ridge(copy_bytes_per_s: float, matmul_flop_per_s: float) -> float:
+    """The intensity where the two ceilings meet."""
+    return matmul_flop_per_s / copy_bytes_per_s
+
+
+def bound(intensity: float, ridge_point: float) -> str:
+    return "memory" if intensity < ridge_point else "compute"
+
+
+def roofline(work: Work, seconds: float, copy_bytes_per_s: float, matmul_flop_per_s: float) -> dict:
+    """Achieved rates at ``seconds`` a call, the bound, and the % of each ceiling."""
+    bytes_per_s = work.bytes / seconds
+    flop_per_s = work.flops / seconds
+    r = ridge(copy_bytes_per_s, matmul_flop_per_s)
+    which = bound(work.intensity, r)
+    pct_bw = 100 * bytes_per_s / copy_bytes_per_s
+    pct_mm = 100 * flop_per_s / matmul_flop_per_s
+    return {
+        "flops": work.flops, "bytes": work.bytes, "intensity": work.intensity,
+        "bytes_per_s": bytes_per_s, "flop_per_s": flop_per_s,
+        "ridge": r, "bound": which,
+        "pct_bandwidth": pct_bw, "pct_matmul": pct_mm,
+        "pct_of_ceiling": pct_bw if which == "memory" else pct_mm,
+    }

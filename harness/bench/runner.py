@@ -1,0 +1,140 @@
+"""Verify first, then time: one bench row per (case, backend).
+
+A case's inputs are generated once and shared by every backend, and the backends
+take turns on each case, so they are compared on the same tensors, close in time.
+A backend first makes one call that is judged against the float64 oracle exactly
+as ``mla-verify run`` judges it; only a pass is timed.  A wrong kernel has no speed:
+its row keeps the failure and carries no timing.
+"""
+
+import gc
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .. import environment, scenarios
+from ..errors import InputError
+from ..outcome import BackendIdentity, Outcome, ResultRow
+from ..phases import PhaseError
+from ..status import Status
+from ..tolerances import TOLERANCES
+from . import counting, crosscheck, launchers, timing
+
+CPU_NOTE = "CPU wall-clock timing: these are not GPU numbers"
+
+
+@dataclass
+class BenchOptions:
+    iters: int = 50
+    warmup: int = 5
+    cross_check: bool = False
+    l2_flush: str = "read"
+
+
+def rerun_command(case, backend_spec: str, device: str) -> str:
+    return f"mla-verify bench --suite {case.suite} --backend {backend_spec} --device {device} --case {case.id}"
+
+
+def _error(e: Exception, what: str) -> str:
+    return f"{what}{type(e).__name__}: {e}".splitlines()[0][:500]
+
+
+def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptions) -> dict:
+    """Kernel and end-to-end times of a verified call, counted against the ceilings."""
+    gpu = inputs.device.type == "cuda"
+    launch, scope = launchers.kernel_launch(backend, inputs)
+    step, e2e_mode, e2e_note = launchers.e2e_step(backend, inputs, eager_out, out_bound)
+    breakdown = None
+    if gpu:
+        flush = timing.L2Flush(inputs.device, mode=options.l2_flush)
+        timer = f"kineto device time; {flush.describe()}"
+        try:
+            kernel_s, breakdown = timing.kernel_times_kineto(launch, options.iters, options.warmup, flush)
+        except Exception as e:   # no CUPTI, or a trace that does not split cleanly: CUDA events, and say so
+            kernel_s = timing.kernel_times_events(launch, options.iters, options.warmup, flush)
+            timer = f"CUDA events around each call; {flush.describe()} (kineto failed: {e})"[:300]
+        e2e_s = timing.e2e_times_cuda(step, options.iters, options.warmup, flush) if step else None
+        del flush
+    else:
+        kernel_s = timing.wall_times(launch, options.iters, options.warmup)
+        e2e_s = timing.wall_times(step, options.iters, options.warmup) if step else None
+        timer = CPU_NOTE
+    kernel = timing.summary(kernel_s)
+    work = counting.count_inputs(inputs, backend.capabilities)
+    out = {
+        "timed": True, "gpu_numbers": gpu, "timer": timer, "kernel_scope": scope,
+        "iters": options.iters, "warmup": options.warmup,
+        "seqlen_mean": float(inputs.cache_seqlens.double().mean()),
+        "kernel_us": kernel, "e2e_mode": e2e_mode,
+        "e2e_us": timing.summary(e2e_s) if e2e_s else None,
+        **counting.roofline(work, kernel["p50"] / 1e6, ceilings.copy_bytes_per_s, ceilings.matmul_flop_per_s),
+        "ceilings": ceilings.to_dict(),
+    }
+    if e2e_note:
+        out["e2e_note"] = e2e_note
+    if breakdown:
+        top = sorted(breakdown.items(), key=lambda kv: -kv[1])[:6]
+        out["kernels_us"] = {name[:160]: us for name, us in top}
+    if options.cross_check:
+        try:
+            independent = crosscheck.do_bench_cudagraph_us(launch)
+            out["cross_check"] = crosscheck.compare(kernel["p50"], independent,
+                                                    "triton.testing.do_bench_cudagraph, median")
+        except Exception as e:   # the launch cannot be captured: say so, the row keeps its kernel time
+            out["cross_check"] = {"method": "triton.testing.do_bench_cudagraph", "agrees": False,
+                                  "error": _error(e, "")}
+    return out
+
+
+def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, options: BenchOptions) -> dict:
+    started = time.perf_counter()
+    bench = None
+    try:
+        reason = backend.unsupported_reason(case, device)
+        if reason is not None:
+            outcome, bench = Outcome.unsupported(reason), {"timed": False, "why": reason}
+        else:
+            inputs = get_inputs()
+            out, lse, _ = scenarios.launch(backend, inputs)
+            outcome = scenarios.judge(case, backend, inputs, out, lse)
+    except InputError:
+        raise
+    except PhaseError as e:   # the kernel (or the harness) raised: a row, and the run goes on
+        outcome = Outcome.raised(e.phase, e.error)
+        bench = {"timed": False, "why": f"{e.phase} raised: {outcome.reason}"}
+    if outcome.status is Status.PASS:
+        try:
+            bench = measure(backend, inputs, out, TOLERANCES[case.dtype].out, ceilings, options)
+            outcome.kernel_ms = bench["kernel_us"]["p50"] / 1e3
+        except Exception as e:   # timing machinery failed (no CUPTI, capture refused): no number, say why
+            bench = {"timed": False, "why": _error(e, "timing failed: ")}
+            outcome.kernel_ms = None
+    elif bench is None:
+        bench = {"timed": False, "why": f"failed verification ({outcome.reason}): a wrong kernel has no speed"}
+        outcome.kernel_ms = None
+    row = ResultRow(case, BackendIdentity.of(backend, spec), device, environment.describe(), outcome,
+                    rerun_command(case, spec, device), time.perf_counter() - started,
+                    extra={"kind": "bench", "bench": bench})
+    return row.to_json()
+
+
+def run_bench(cases, backends, device: str, ceilings, options: BenchOptions, record) -> list[dict]:
+    """Every (case, backend) in case-major order; ``record(row)`` is called as each row is done."""
+    rows = []
+    for case in cases:
+        cache = {}
+
+        def get_inputs(case=case, cache=cache):
+            if "inputs" not in cache:
+                cache["inputs"] = scenarios.build_inputs(case, device)
+            return cache["inputs"]
+        for spec, backend in backends:
+            row = bench_one(case, backend, spec, device, get_inputs, ceilings, options)
+            rows.append(row)
+            record(row)
+        cache.clear()
+        gc.collect()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+    return rows

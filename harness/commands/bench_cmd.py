@@ -1,0 +1,142 @@
+"""``mla-verify bench``: verified kernel speed per (case, backend), against measured ceilings."""
+
+import sys
+import time
+from pathlib import Path
+
+from .. import cases as case_mod
+from ..backend_loader import load_backend
+from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from ..results import ResultsWriter
+from ..runner import default_device
+from ..status import gates
+from .run_cmd import load_suites
+
+GPU_ITERS, CPU_ITERS = (50, 5), (5, 1)     # (timed iterations, warm-up) by device
+
+
+def add_parser(sub):
+    p = sub.add_parser("bench", help="time verified kernels: kernel and end-to-end time, bytes/s, FLOP/s, roofline")
+    p.add_argument("--suite", required=True, help="suite name(s), comma-separated, or a path to a .toml shapes file")
+    p.add_argument("--backend", help="backend(s), comma-separated, compared within this run "
+                                     "(default: auto on a GPU, torch,reference on the CPU)")
+    p.add_argument("--case", help="only these cases: ids (suite/group/index) or groups (suite/group), comma-separated")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--out", help="results file (JSONL); default reports/bench-<time>.jsonl")
+    p.add_argument("--csv", metavar="FILE", help="also write the bench rows as CSV")
+    p.add_argument("--iters", type=int, help=f"timed iterations (default {GPU_ITERS[0]} on a GPU, {CPU_ITERS[0]} on "
+                                             f"the CPU)")
+    p.add_argument("--warmup", type=int, help=f"untimed warm-up calls (default {GPU_ITERS[1]} GPU, {CPU_ITERS[1]} CPU)")
+    p.add_argument("--cross-check", action="store_true",
+                   help="also time each launch with triton.testing.do_bench_cudagraph; they must agree within 3%%")
+    p.add_argument("--l2-flush", choices=["read", "write", "none"], default="read",
+                   help="GPU: between timed calls, read (default) or rewrite a 256 MiB buffer, or do not flush L2")
+    p.add_argument("--remeasure-ceilings", action="store_true",
+                   help="measure copy bandwidth and bf16 matmul rate again instead of reading the cache")
+    p.set_defaults(func=main)
+
+
+def select_cases(suites, spec: str | None):
+    cases = case_mod.select(suites, None)
+    if not spec:
+        return cases
+    wanted = [w.strip() for w in spec.split(",") if w.strip()]
+    chosen = []
+    for w in wanted:
+        hit = [c for c in cases if c.id == w or c.id.startswith(w.rstrip("/") + "/")]
+        if not hit:
+            raise InputError(f"--case: no case or group '{w}' in suite(s) {', '.join(s.name for s in suites)}")
+        chosen.extend(c for c in hit if c not in chosen)
+    return chosen
+
+
+def load_backends(spec: str) -> list:
+    """Each named backend that loads; one that does not is a printed line, not an abort (unless none load)."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise InputError("--backend: no backend given")
+    loaded, failed = [], []
+    for name in dict.fromkeys(names):
+        try:
+            loaded.append((name, load_backend(name)))
+        except (InputError, Exception) as e:   # an unknown or unimportable backend: report it, carry on
+            failed.append(f"{name}: {e}")
+    if not loaded:
+        raise InputError("--backend: no backend could be loaded (" + "; ".join(failed) + ")")
+    for f in failed:
+        print(f"mla-verify: bench: backend not loaded, skipped: {f}", file=sys.stderr)
+    return loaded
+
+
+def _check_positive(name, value):
+    if value is not None and value < 1:
+        raise InputError(f"{name}: must be at least 1, got {value}")
+
+
+def main(args) -> int:
+    from ..bench import ceilings as ceilings_mod
+    from ..bench import crosscheck, output
+    from ..bench.runner import CPU_NOTE, BenchOptions, run_bench
+
+    device = args.device or default_device()
+    import torch
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available here")
+    _check_positive("--iters", args.iters)
+    if args.warmup is not None and args.warmup < 0:
+        raise InputError(f"--warmup: must be 0 or more, got {args.warmup}")
+    if args.cross_check and (why := crosscheck.available()):
+        raise InputError(why)
+    cases = select_cases(load_suites(args.suite), args.case)
+    backends = load_backends(args.backend or ("auto" if device == "cuda" else "torch,reference"))
+    iters, warmup = GPU_ITERS if device == "cuda" else CPU_ITERS
+    options = BenchOptions(iters=args.iters or iters, warmup=warmup if args.warmup is None else args.warmup,
+                           cross_check=args.cross_check, l2_flush=args.l2_flush)
+    path = args.out or f"reports/bench-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    if args.csv:   # opened now: a bad path is found before the run, not after it
+        try:
+            Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.csv).open("a").close()
+        except OSError as e:
+            raise InputError(f"cannot write CSV file {args.csv}: {e.strerror or e}") from None
+    with ResultsWriter(path) as writer:
+        ceilings = ceilings_mod.get(device, remeasure=args.remeasure_ceilings)
+        print(f"mla-verify: bench of {len(cases)} case(s) x {len(backends)} backend(s) "
+              f"({', '.join(n for n, _ in backends)}) on {device}; rows -> {path}", file=sys.stderr)
+        print(output.describe_ceilings(ceilings))
+        if device != "cuda":
+            print(f"NOTE: {CPU_NOTE}.")
+        print(output.header())
+
+        def record(row):
+            writer.write(row)
+            print(output.line(row))
+            sys.stdout.flush()
+        rows = run_bench(cases, backends, device, ceilings, options, record)
+    if args.csv:
+        output.write_csv(rows, args.csv)
+    return finish(rows, path, args.csv)
+
+
+def finish(rows, path, csv_path) -> int:
+    from ..bench import output
+    checks = [line for r in rows if (line := output.cross_check_line(r))]
+    for line in checks:
+        print(line)
+    wide = [r for r in rows if ((r.get("bench") or {}).get("kernel_us") or {}).get("wide")]
+    if wide:
+        print(f"note: {len(wide)} row(s) have a wide spread (p90/p10 > 1.10): the device was noisy; rerun before "
+              f"reading small differences. Compare backends only within one run.")
+    fallback = [r for r in rows if str((r.get("bench") or {}).get("timer", "")).startswith("CUDA events")]
+    if fallback:
+        print(f"note: kineto failed on {len(fallback)} row(s); their kernel time is CUDA-event time per call "
+              f"(see bench.timer in the rows)")
+    bad = [r for r in rows if gates(r["status"])]
+    disagree = [r for r in rows if (r.get("bench") or {}).get("cross_check", {}).get("agrees") is False]
+    counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
+    timed = sum(bool((r.get("bench") or {}).get("timed")) for r in rows)
+    print(f"{len(rows)} row(s): " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; {timed} timed; rows: {path}"
+          + (f"; CSV: {csv_path}" if csv_path else ""))
+    if disagree:
+        print(f"CROSS-CHECK FAILED on {len(disagree)} row(s)")
+    return EXIT_FAILURES if bad or disagree else EXIT_OK
