@@ -47,6 +47,7 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check reference harness tests
+	$(BIN)/python scripts/check_imports.py
 
 clean:
 	rm -rf $(VENV) reports/*.jsonl reports/*.html

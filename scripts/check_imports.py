@@ -1,0 +1,133 @@
+"""The import contract, enforced by ``make lint``: no cycles, ``reference`` independent, layers one way.
+
+Every import of ``reference/`` and ``harness/`` modules is read from the source
+(function-level "lazy" imports included) and resolved to a module.  Two rules:
+
+1. ``reference`` imports nothing from ``harness``.
+2. No cycle among modules, and no import from a lower layer to a higher one:
+   commands -> report/selfcheck/bench -> runner -> scenarios -> compare/inputs/backends -> cases/pool/tolerances.
+
+Prints one line per violation and exits 1; prints nothing and exits 0 when the contract holds.
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("reference", "harness")
+
+# Higher layers first: a module may import from its own layer or any layer below it.
+LAYERS = [
+    ["harness.cli", "harness.commands"],
+    ["harness.report", "harness.selfcheck", "harness.bench", "harness.summary", "harness.junit"],
+    ["harness.runner", "harness.isolation", "harness.backend_loader"],
+    ["harness.mutants"],
+    ["harness.scenarios"],
+    ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",
+     "harness.resources", "harness.outcome", "harness.conventions"],
+    ["harness.cases", "harness.pool", "harness.tolerances", "harness.seqlens", "harness.checks", "harness.status",
+     "harness.phases", "harness.results", "harness.environment", "harness.errors"],
+    ["harness"],
+    ["reference"],
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    """Modules ``path`` imports (resolved, inside our packages), wherever the import statement sits."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)   # "from . import x" imports module x
+    return {m for m in found if m.split(".")[0] in PACKAGES}
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    edges = {}
+    for name, path in files.items():
+        targets = set()
+        for m in imports_of(path, name):
+            while m and m not in files:          # "from .x import Name": the module is .x
+                m = m.rpartition(".")[0]
+            if m and m != name and not name.startswith(m + "."):   # a package's own __init__ is not an edge
+                targets.add(m)
+        edges[name] = targets
+    return edges
+
+
+def layer(name: str) -> int:
+    best, depth = len(LAYERS), -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > depth:
+                best, depth = i, len(p)
+    return best
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected component of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    problems = [f"import cycle: {' <-> '.join(c)}" for c in cycles(edges)]
+    for src, targets in sorted(edges.items()):
+        for dst in sorted(targets):
+            if src.startswith("reference") and dst.startswith("harness"):
+                problems.append(f"{src} imports {dst}: reference must not depend on harness")
+            elif layer(dst) < layer(src):
+                problems.append(f"{src} imports {dst}: a lower layer imports a higher one")
+    return problems
+
+
+def main() -> int:
+    problems = violations(graph())
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
