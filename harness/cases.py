@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import seqlens
 from .errors import InputError
+from .pool import pages_for
 
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 MODES = ("decode", "verify")
@@ -157,7 +158,7 @@ def _validate_scale_fields(case: Case, bad):
 
 def pages_needed(case: Case) -> int:
     """Pages of the longest request the case can draw."""
-    return -(-case.max_cache_seqlen() // case.page_size)
+    return pages_for(case.max_cache_seqlen(), case.page_size)
 
 
 def _coerce(key: str, value, where: str):

@@ -8,6 +8,7 @@ Each is small: at most (heads or batch) x query tokens numbers, ten elements, tw
 
 import torch
 
+from .pool import pages_for
 from .tolerances import Bound
 
 TOP_K = 10
@@ -61,7 +62,7 @@ def summarize(inputs, out, lse, expected_out, expected_lse, tol) -> dict:
         "lse_request_query_ratio": r_lse.amax(dim=1).cpu().tolist(),
         "request_ratio": per_request,
         "request_seqlen": seq,
-        "request_pages": [(n + P - 1) // P for n in seq],
+        "request_pages": [pages_for(n, P) for n in seq],
         "request_last_page_fill": [n % P or (P if n else 0) for n in seq],
         "worst_elements": worst,
         "histogram": _histogram(r_out),

@@ -38,7 +38,8 @@ class PageLayout:
     used_pages: torch.Tensor         # (num_used,) pages holding some request's tokens
 
 
-def pages_for(n_tokens: int, page_size: int) -> int:
+def pages_for(n_tokens, page_size: int):
+    """Pages that hold ``n_tokens`` tokens (an int, or a tensor of counts)."""
     return (n_tokens + page_size - 1) // page_size
 
 
@@ -109,7 +110,7 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
         raise InputError(f"negative seq len in {cache_seqlens}")
     b = len(cache_seqlens)
     lengths = torch.tensor(cache_seqlens, dtype=torch.long)
-    need = (lengths + page_size - 1) // page_size
+    need = pages_for(lengths, page_size)
     shared = torch.zeros(b, dtype=torch.long) if shared_pages is None else torch.tensor(shared_pages, dtype=torch.long)
     if bool((shared > need).any()) or bool((shared < 0).any()):
         r = int(((shared > need) | (shared < 0)).nonzero()[0])
@@ -148,7 +149,7 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
 def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
     """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it."""
     lengths = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1).cpu()
-    need = (lengths + page_size - 1) // page_size
+    need = pages_for(lengths, page_size)
     if len(need) and int(need.max()) > width:
         r = int(need.argmax())
         raise InputError(f"request {r}: {int(lengths[r])} tokens need {int(need[r])} pages "
@@ -213,7 +214,7 @@ def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,
     if bool((seq < 0).any()):
         r = int((seq < 0).nonzero()[0])
         raise InputError(f"request {r}: negative seq len {int(seq[r])}")
-    need = (seq + page_size - 1) // page_size
+    need = pages_for(seq, page_size)
     width = block_table.shape[1]
     if bool((need > width).any()):
         r = int((need > width).nonzero()[0])

@@ -15,6 +15,7 @@ import torch
 
 from .cases import Case
 from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
+from .pool import pages_for
 
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
@@ -38,7 +39,7 @@ def estimated_bytes(case: Case) -> dict[str, int]:
     b, s_q, h_q = case.batch_size, case.s_q, case.heads
     fp8 = case.dtype.startswith("fp8")
     model = 2 if fp8 else _size(case.dtype)              # fp8 cases keep a bf16 model-precision pool
-    need = [-(-n // P) for n in cache]
+    need = [pages_for(n, P) for n in cache]
     shared = shared_pages_for(case, cache)
     used = (max(shared) if shared else 0) + sum(n - s for n, s in zip(need, shared))
     num_pages = case.pool_pages or 1 + used + case.extra_pages

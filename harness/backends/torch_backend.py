@@ -13,6 +13,7 @@ import torch
 
 from reference import dequantize_fp8, is_fp8, merge_attention
 
+from ..pool import pages_for
 from .base import Backend
 
 
@@ -48,7 +49,7 @@ class TorchBackend(Backend):
         """Keys of pages ``p0 .. p1`` of every request, ``(b, n, h_kv, d)``, and which are real tokens."""
         P = inputs.kv_pool.shape[1]
         pages = torch.arange(p0, p1, device=table.device)
-        n_pages = (seq + P - 1) // P
+        n_pages = pages_for(seq, P)
         real_page = pages[None, :] < n_pages[:, None]                       # (b, c)
         kv = inputs.kv_pool[self.page_ids(table[:, p0:p1], real_page)]      # (b, c, P, h_kv, d)
         kv = kv.flatten(1, 2)
@@ -114,7 +115,7 @@ class TorchBackend(Backend):
         # walk only the columns some request needs, as a kernel's loop over KV blocks does, so
         # extra padding columns in a wider table change nothing (not even the rounding)
         P = inputs.kv_pool.shape[1]
-        n_cols = min(table.shape[1], int((seq.max() + P - 1) // P)) if b else 0
+        n_cols = min(table.shape[1], int(pages_for(seq.max(), P))) if b else 0
         for p0 in range(0, n_cols, self.pages_per_split):
             p1 = min(n_cols, p0 + self.pages_per_split)
             keys, in_seq, pos = self.gather_pages(inputs, table, seq, p0, p1)
