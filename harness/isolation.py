@@ -15,7 +15,9 @@ import signal
 import time
 from multiprocessing.connection import wait
 
+from .checks import CRASH
 from .errors import InputError
+from .status import Status
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
@@ -42,10 +44,11 @@ def _worker_main(conn, backend_spec, device, threads, run_case):
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
-        sticky = (device == "cuda" and row["status"] in ("error", "harness_error")
+        sticky = (device == "cuda" and row["status"] in (Status.ERROR, Status.HARNESS_ERROR)
                   and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
         if sticky:
-            row = {**row, "status": "crash", "reason": f"CUDA context lost: {row['reason']}"}
+            row = {**row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {row['reason']}",
+                   "failed_checks": [CRASH]}
         conn.send(("row", row))
         if sticky:
             return
@@ -129,25 +132,25 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, worke
                     elif kind == "row":
                         on_row(payload)
                         w.case = None
-                        replace = payload["status"] == "crash"
+                        replace = payload["status"] == Status.CRASH
                     elif kind == "bad_input":
                         raise InputError(payload)
                     if kind == "died":
                         replace = True
                         if w.case is not None:
                             w.proc.join(timeout=5)
-                            on_row(crash_row(w.case, "crash", _death_reason(w.proc)))
+                            on_row(crash_row(w.case, Status.CRASH, _death_reason(w.proc)))
                 elif w.proc.sentinel in ready and not w.proc.is_alive():
                     replace = True
                     if w.case is not None:
-                        on_row(crash_row(w.case, "crash", _death_reason(w.proc)))
+                        on_row(crash_row(w.case, Status.CRASH, _death_reason(w.proc)))
                     elif not w.ready:
                         raise InputError(f"backend '{backend_spec}': worker failed to start "
                                          f"({_death_reason(w.proc)})")
                 elif w.deadline is not None and now > w.deadline:
                     replace = True
                     if w.case is not None:
-                        on_row(crash_row(w.case, "timeout", f"no result within {timeout_s:g} s; worker killed"))
+                        on_row(crash_row(w.case, Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed"))
                     else:
                         raise InputError(f"backend '{backend_spec}': worker did not start within "
                                          f"{startup_timeout_s:g} s")

@@ -13,20 +13,20 @@ from dataclasses import dataclass, field
 from .backend_loader import load_backend
 from .mutants import MUTANTS
 from .runner import RunSummary, run_cases
+from .status import gates
 
 CLEAN_SPEC = "torch"
-KILLING = ("fail", "error", "crash", "timeout")
 
 
 def killing_checks(row: dict) -> list[str]:
     """The checks a failed row names (a row without any names its status instead)."""
-    if row["status"] not in KILLING:
+    if not gates(row["status"]):
         return []
     return list(dict.fromkeys(row.get("failed_checks") or [row["status"]]))
 
 
 @dataclass
-class Verdict:
+class BackendKills:
     """One backend's rows, and which checks failed on how many cases."""
 
     spec: str
@@ -55,12 +55,12 @@ class Verdict:
 
 @dataclass
 class SelfcheckResult:
-    clean: Verdict
-    mutants: list[Verdict]
+    clean: BackendKills
+    mutants: list[BackendKills]
     seconds: float
 
     @property
-    def survivors(self) -> list[Verdict]:
+    def survivors(self) -> list[BackendKills]:
         return [m for m in self.mutants if not m.killed]
 
     @property
@@ -78,15 +78,15 @@ class SelfcheckResult:
         return list(seen)
 
 
-def judge(spec: str, backend, cases, device, writer, progress) -> Verdict:
+def kills_of(spec: str, backend, cases, device, writer, progress) -> BackendKills:
     summary = run_cases(cases, backend, spec, device, writer, progress=progress)
     kills = Counter(c for r in summary.rows for c in killing_checks(r))
-    return Verdict(spec, summary, getattr(backend, "bug", ""), getattr(backend, "caught_by", ()), kills)
+    return BackendKills(spec, summary, getattr(backend, "bug", ""), getattr(backend, "caught_by", ()), kills)
 
 
 def run_selfcheck(cases, mutant_names, device, writer, progress=False) -> SelfcheckResult:
     """The clean backend first, then each mutant on a fresh instance, all in this process."""
     started = time.perf_counter()
-    clean = judge(CLEAN_SPEC, load_backend(CLEAN_SPEC), cases, device, writer, progress)
-    mutants = [judge(f"mutant:{n}", MUTANTS[n](), cases, device, writer, progress) for n in mutant_names]
+    clean = kills_of(CLEAN_SPEC, load_backend(CLEAN_SPEC), cases, device, writer, progress)
+    mutants = [kills_of(f"mutant:{n}", MUTANTS[n](), cases, device, writer, progress) for n in mutant_names]
     return SelfcheckResult(clean, mutants, time.perf_counter() - started)

@@ -3,7 +3,7 @@
 import sys
 from collections import Counter
 
-from .status import STATUSES, gates
+from .status import STATUSES, Status, gates
 
 COLUMNS = STATUSES
 
@@ -57,7 +57,7 @@ def print_summary(summary, results_path, out=None, max_messages=20):
         print(f"warning (not gating) {line}", file=out)
     if len(warned) > 5:
         print(f"... and {len(warned) - 5} more warning(s) in {results_path}", file=out)
-    unsupported = Counter(r.get("reason") for r in rows if r["status"] == "unsupported")
+    unsupported = Counter(r.get("reason") for r in rows if r["status"] == Status.UNSUPPORTED)
     for reason, n in unsupported.most_common(5):
         print(f"unsupported ({n}): {reason}", file=out)
     kept = f", {len(summary.previous)} kept from the resumed file" if summary.previous else ""

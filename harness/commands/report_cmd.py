@@ -6,6 +6,7 @@ import time
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
+from ..status import Status
 
 
 def add_parser(sub):
@@ -60,5 +61,5 @@ def no_longer_passing(df) -> list[tuple[str, str, str]]:
     """(case, backend, status now) of every case that passed in the baseline and does not pass now."""
     if not len(df) or "base_status" not in df.columns:
         return []
-    lost = df[(df["base_status"] == "pass") & (df["status"] != "pass")]
+    lost = df[(df["base_status"] == Status.PASS) & (df["status"] != Status.PASS)]
     return list(zip(lost["case_id"], lost["backend"], lost["status"], strict=True))

@@ -9,7 +9,7 @@ from ..mutants import MUTANTS
 from ..results import ResultsWriter
 from ..runner import default_device
 from ..selfcheck import run_selfcheck
-from ..status import gates
+from ..status import Status, gates
 from .run_cmd import check_writable, load_suites
 
 
@@ -111,18 +111,18 @@ def junit_rows(result) -> list[dict]:
     """One row per mutant (passes when killed) and one for the clean backend (passes when it passes)."""
     clean_failures = [r["case_id"] for r in result.clean.summary.rows if gates(r["status"])]
     rows = [{"case_id": "clean", "backend": "selfcheck", "suite": "selfcheck", "wall_s": 0.0,
-             "status": "fail" if clean_failures else "pass",
+             "status": Status.FAIL if clean_failures else Status.PASS,
              "messages": [f"clean: the clean backend failed {', '.join(clean_failures)}"]}]
     for m in result.mutants:
         name = m.spec.removeprefix("mutant:")
         rows.append({"case_id": name, "backend": "selfcheck", "suite": "selfcheck", "wall_s": 0.0,
-                     "status": "pass" if m.killed else "fail",
+                     "status": Status.PASS if m.killed else Status.FAIL,
                      "messages": [f"{name}: survived ({m.bug}); expected to be caught by {', '.join(m.caught_by)}"]})
     return rows
 
 
 def report(result, out_path) -> int:
-    unsupported = result.clean.summary.count("unsupported")
+    unsupported = result.clean.summary.count(Status.UNSUPPORTED)
     if unsupported:
         print(f"warning: {unsupported} case(s) unsupported by the clean backend verify nothing")
     for row in result.clean.summary.rows:

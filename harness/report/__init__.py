@@ -22,7 +22,7 @@ def build(results, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
     data = collect(results)
     if baselines:
         base_rows, _ = latest(read(baselines))
-        data.baseline = baseline_mod.compare(data.df, frame(base_rows), factor, floor)
+        data.baseline = baseline_mod.diff_against(data.df, frame(base_rows), factor, floor)
         data.baseline["sources"] = [str(p) for p in baselines]
     data.drill, data.drill_total = choose_drilldowns(data.df, max_drilldowns)
     return data

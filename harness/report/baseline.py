@@ -17,7 +17,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..status import Status
 from .build import BAD, CHECKS
+
+PASS, UNSUPPORTED = Status.PASS.value, Status.UNSUPPORTED.value
 
 FACTOR = 2.0    # growth of an error over bound that counts as a regression
 FLOOR = 0.1     # ... once the error is at least this fraction of its bound
@@ -43,7 +46,7 @@ def _growth(cur: pd.DataFrame, old: pd.DataFrame, factor: float, floor: float):
     return best
 
 
-def compare(df: pd.DataFrame, base: pd.DataFrame, factor: float = FACTOR, floor: float = FLOOR) -> dict:
+def diff_against(df: pd.DataFrame, base: pd.DataFrame, factor: float = FACTOR, floor: float = FLOOR) -> dict:
     """Adds ``mark``, ``base_status`` and ``growth`` columns to ``df``; returns the diff's summary."""
     keys = ["case_id", "backend"]
     old = base.drop_duplicates(keys, keep="last").set_index(keys)
@@ -56,8 +59,8 @@ def compare(df: pd.DataFrame, base: pd.DataFrame, factor: float = FACTOR, floor:
     growth = _growth(df.reset_index(drop=True), matched.reset_index(drop=True), factor, floor)
     grown = np.array([g is not None for g in growth], dtype=bool)
     marks = np.select(
-        [~present, now_bad & ~was_bad, ~now_bad & (now != "unsupported") & was_bad, now_bad & was_bad,
-         (now == "unsupported") & (was != "unsupported"), grown & (now == "pass") & (was == "pass")],
+        [~present, now_bad & ~was_bad, ~now_bad & (now != UNSUPPORTED) & was_bad, now_bad & was_bad,
+         (now == UNSUPPORTED) & (was != UNSUPPORTED), grown & (now == PASS) & (was == PASS)],
         ["new case", "new failure", "fixed", "still failing", "now unsupported", "regressed"], default="")
     df["mark"] = marks
     df["base_status"] = np.where(present, was, "")

@@ -15,7 +15,7 @@ import pandas as pd
 from ..checks import TENSOR_NAMES, over_bound
 from ..errors import InputError
 from ..results import read_rows
-from ..status import GATING, STATUSES, Verdict, verdict_of
+from ..status import GATING, STATUSES, Status, Verdict, verdict_of
 
 BAD = GATING          # statuses that fail the gate
 CHECKS = TENSOR_NAMES
@@ -152,7 +152,7 @@ def timing(df: pd.DataFrame) -> dict:
 def unsupported_reasons(df: pd.DataFrame, top: int = 8) -> list[tuple[str, int]]:
     if not len(df):
         return []
-    reasons = df.loc[df["status"] == "unsupported", "reason"].value_counts()
+    reasons = df.loc[df["status"] == Status.UNSUPPORTED, "reason"].value_counts()
     return [(str(k), int(v)) for k, v in reasons.head(top).items()]
 
 
@@ -168,7 +168,7 @@ class ReportData:
     timing: dict
     unsupported: list
     verdict: Verdict                            # the same verdict the CLI gives these rows
-    baseline: dict | None = None                # see baseline.compare
+    baseline: dict | None = None                # see baseline.diff_against
     drill: list[int] = field(default_factory=list)    # row indices that get a drill-down
     drill_total: int = 0                        # failing rows (drill-downs may be capped)
 

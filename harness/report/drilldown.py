@@ -9,6 +9,7 @@ of error over bound; the worst elements with their indices and values.
 import math
 
 from ..checks import BY_TENSOR, TENSOR_NAMES
+from ..status import Status
 from . import svg
 from .baseline import GROWTH_MARKS, describe_growth
 from .text import esc, ratio, sci
@@ -121,7 +122,7 @@ def render(i: int, row: dict, frame_row) -> str:
     out.append(_scenario_metrics(metrics))
     if not diag:
         ref_ok = all(isinstance(metrics.get(c), dict) and metrics[c].get("passed") for c in ("out", "lse"))
-        why = ("the kernel did not return" if status != "fail" else
+        why = ("the kernel did not return" if status != Status.FAIL else
                "out and LSE matched the reference: the scenario's own check failed, see above" if ref_ok else
                "shapes differed or the row has no summaries")
         out.append(f'<p class="note">No element summaries for this case ({why}).</p></section>')

@@ -9,6 +9,7 @@ import math
 import time
 
 from ..checks import BY_TENSOR, TENSORS
+from ..status import Status
 from ..summary import verified_backends
 from . import bench, drilldown, svg
 from .assets import CSS, JS
@@ -17,10 +18,11 @@ from .build import BAD, ReportData
 from .text import esc, ratio, seconds
 
 STATUS_HELP = {
-    "pass": "every check within its bound", "fail": "a check out of bounds",
-    "error": "the kernel or its adapter raised", "crash": "the process running the kernel died",
-    "timeout": "the case ran past its time limit", "unsupported": "the backend declares it cannot run the case",
-    "harness_error": "building the inputs, the oracle or the comparison raised: not the kernel's fault",
+    Status.PASS: "every check within its bound", Status.FAIL: "a check out of bounds",
+    Status.ERROR: "the kernel or its adapter raised", Status.CRASH: "the process running the kernel died",
+    Status.TIMEOUT: "the case ran past its time limit",
+    Status.UNSUPPORTED: "the backend declares it cannot run the case",
+    Status.HARNESS_ERROR: "building the inputs, the oracle or the comparison raised: not the kernel's fault",
 }
 
 
@@ -179,7 +181,7 @@ def _int(v) -> str:
 def _order(df):
     """Worst first: new failures, other failures, regressions, fixed, passes, unsupported last."""
     rank = {m: i for i, m in enumerate(("new failure", "still failing", "regressed", "fixed"))}
-    status_rank = df["status"].map(lambda s: 0 if s in BAD else (2 if s == "unsupported" else 1))
+    status_rank = df["status"].map(lambda s: 0 if s in BAD else (2 if s == Status.UNSUPPORTED else 1))
     mark_rank = df["mark"].map(lambda m: rank.get(m, 9)) if "mark" in df.columns else 0
     return (df.assign(_s=status_rank, _m=mark_rank)
             .sort_values(["_s", "_m", "worst"], ascending=[True, True, False], na_position="last"))
