@@ -22,7 +22,7 @@ from .errors import InputError
 
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 MODES = ("decode", "verify")
-PADDINGS = ("minus_one", "one", "zero", "huge")
+PADDINGS = ("minus_one", "one", "zero", "huge", "stale")
 SCENARIOS = ("call", "graph", "padding", "determinism", "batch_invariance")
 DEEPSEEK_SOFTMAX_SCALE = 192 ** -0.5   # 1/sqrt(qk_nope 128 + qk_rope 64)
 

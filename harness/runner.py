@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import environment, scenarios
+from .backends.base import Unsupported
 from .cases import Case
 from .errors import InputError
 from .results import ResultsWriter
@@ -51,6 +52,8 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
         outcome = scenarios.run(case, backend, device)
     except InputError:
         raise
+    except Unsupported as e:   # the kernel's API refused the input at call time: quote it
+        outcome = {"status": "unsupported", "reason": (str(e) or type(e).__name__).splitlines()[0][:500]}
     except Exception as e:   # the kernel (or its adapter) raised: record it, carry on
         outcome = {"status": "error", "reason": f"{type(e).__name__}: {e}".splitlines()[0][:500],
                    "failed_checks": ["raised"]}

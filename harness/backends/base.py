@@ -14,6 +14,12 @@ import torch
 from ..cases import DTYPES, MODES, Case
 
 
+class Unsupported(Exception):
+    """Raised from ``run`` when the kernel's own API refuses the input (e.g. a plan-time
+    ``ValueError``, or a kernel returning False for a shape it declines).  The message
+    quotes the kernel's reason; the harness records the case as ``unsupported``."""
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend supports.  ``None`` means any value."""
