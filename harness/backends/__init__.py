@@ -1,6 +1,7 @@
 """Backend registry: built-in names, ``auto``, and user plug-ins.
 
 ``--backend`` takes a built-in name (``reference``, ``torch``, ``flashmla``,
+``flashinfer-fa3``, ``flashinfer-fa2``, ``sglang-triton``, ``sglang-verify-mla``, ``flaggems``,
 ``auto``), ``mutant:NAME`` (a deliberately broken torch backend, see
 ``harness/mutants``), ``module:NAME`` or ``path/to/file.py:NAME``.  NAME is a ``Backend``
 instance, or a class or zero-argument factory that returns one.
@@ -22,10 +23,38 @@ def _flashmla():
     return FlashMLABackend()
 
 
+def _flashinfer(kind):
+    def make():
+        from .flashinfer_mla import FlashInferMLABackend
+        return FlashInferMLABackend(kind)
+    return make
+
+
+def _sglang_triton():
+    from .sglang_triton import SGLangTritonBackend
+    return SGLangTritonBackend()
+
+
+def _sglang_verify_mla():
+    from .sglang_verify_mla import SGLangVerifyMLABackend
+    return SGLangVerifyMLABackend()
+
+
+def _flaggems():
+    from .flaggems_mla import FlagGemsMLABackend
+    return FlagGemsMLABackend()
+
+
+# Kernel packages are imported on first use (harness/backends/optional.py), never here.
 BUILTIN = {
     "reference": ReferenceBackend,
     "torch": TorchBackend,
     "flashmla": _flashmla,
+    "flashinfer-fa3": _flashinfer("fa3"),
+    "flashinfer-fa2": _flashinfer("fa2"),
+    "sglang-triton": _sglang_triton,
+    "sglang-verify-mla": _sglang_verify_mla,
+    "flaggems": _flaggems,
 }
 
 
