@@ -175,14 +175,14 @@ class SGLangTritonBackend(TritonKernels, Backend):
         if cores <= 0:                         # SGLang: device_core_count <= 0 -> static splits
             num_kv_splits.fill_(max_splits)
             return num_kv_splits, max_splits, uneven
-        metadata = self._loaded["sglang.kernels.ops.attention.metadata"]
+        metadata = self._load()["sglang.kernels.ops.attention.metadata"]
         metadata.get_num_kv_splits_triton[(1,)](
             num_kv_splits, seq_lens, b, 1, num_heads, 1, max_splits, cores,
             MAX_NUM_SEQ=256 if b < 256 else next_power_of_2(b), uneven_batch_ptr=uneven)
         return num_kv_splits, max_splits, uneven
 
     def decode(self, inputs):
-        fwd = self._loaded["sglang.kernels.ops.attention.decode_attention"].decode_attention_fwd
+        fwd = self._load()["sglang.kernels.ops.attention.decode_attention"].decode_attention_fwd
         q = model_q(inputs)
         b, _, h, d = q.shape
         d_v = inputs.d_v
@@ -200,7 +200,7 @@ class SGLangTritonBackend(TritonKernels, Backend):
         return o.reshape(b, 1, h, d_v), lse.reshape(b, h, 1)
 
     def verify(self, inputs):
-        fwd = self._loaded["sglang.kernels.ops.attention.extend_attention"].extend_attention_fwd
+        fwd = self._load()["sglang.kernels.ops.attention.extend_attention"].extend_attention_fwd
         args, o = extend_call_args(inputs)
         b, s_q, h, _ = inputs.q.shape
         lse = torch.empty(b * s_q, h, dtype=torch.float32, device=o.device)

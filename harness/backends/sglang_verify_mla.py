@@ -32,7 +32,7 @@ class SGLangVerifyMLABackend(TritonKernels, Backend):
         return {**self.package_info("verify_mla.verify_shared_kv_fwd (target verify, topk = 1)"), "lse": None}
 
     def run(self, inputs):
-        fwd = self._loaded["sglang.kernels.ops.attention.verify_mla"].verify_shared_kv_fwd
+        fwd = self._load()["sglang.kernels.ops.attention.verify_mla"].verify_shared_kv_fwd
         args, o = extend_call_args(inputs)
         b, s_q, h, _ = inputs.q.shape
         ran = fwd(*args, sm_scale=inputs.softmax_scale, max_bs=b)
