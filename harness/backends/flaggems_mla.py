@@ -38,11 +38,16 @@ class FlagGemsMLABackend(LazyKernel, Backend):
                 "" if torch.cuda.is_available() else " (none here)")
         if self.import_error():
             return f"flag_gems does not import here: {self.import_error()}"
+        return self.scale_reason(case) or super().unsupported_reason(case, device)
+
+    @staticmethod
+    def scale_reason(case) -> str | None:
+        """The kernel has no softmax-scale argument: any other scale than its fixed one is out."""
         fixed = 1 / math.sqrt(case.d_qk)
-        if not math.isclose(case.softmax_scale, fixed, rel_tol=1e-12):
-            return (f"softmax_scale {case.softmax_scale:.6g}: FlagGems' {SIGNATURE} has no scale argument "
-                    f"and fixes 1/sqrt(d) = {fixed:.6g}")
-        return super().unsupported_reason(case, device)
+        if math.isclose(case.softmax_scale, fixed, rel_tol=1e-12):
+            return None
+        return (f"softmax_scale {case.softmax_scale:.6g}: FlagGems' {SIGNATURE} has no scale argument "
+                f"and fixes 1/sqrt(d) = {fixed:.6g}")
 
     def info(self):
         return {"package": "flag-gems", "version": dist_version("flag-gems"), "api": SIGNATURE,

@@ -102,7 +102,8 @@ class FlashInferMLABackend(LazyKernel, Backend):
         except ValueError as e:             # FlashInfer's own refusal of the input
             raise Unsupported(f"FlashInfer {self.kind} plan() refused: {e}") from None
         if key not in self.jit_build_s:    # the first plan of a dtype pair includes the JIT build
-            torch.cuda.synchronize()
+            if q.is_cuda:
+                torch.cuda.synchronize()
             self.jit_build_s[key] = round(time.perf_counter() - t0, 3)
 
     def run(self, inputs):
