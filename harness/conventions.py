@@ -89,10 +89,10 @@ def _extend_view(inputs: Inputs) -> Inputs:
     d_v = inputs.d_v
     k_scale = float(inputs.descale_k.reshape(-1)[0])
     q = inputs.q_model
-    view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float32),
-                        q.to(inputs.kv_pool.dtype).float(), q.float()], dim=-1)
+    view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
+                        q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)
     pages, page_size = inputs.kv_pool.shape[:2]
-    flat = lambda t: t.reshape(pages * page_size, *t.shape[2:]).float()   # noqa: E731
+    flat = lambda t: t.reshape(pages * page_size, *t.shape[2:]).double()   # noqa: E731  (k8 * k_scale exact)
     deq = flat(inputs.kv_pool) * k_scale          # NaN poison stays NaN
     model = flat(inputs.kv_pool_model)
     zero = torch.zeros_like(deq)
