@@ -23,8 +23,13 @@ import torch
 
 from .errors import InputError
 
+PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1}
 STALE = "stale"   # not a value: padding entries hold other requests' live pages (see build_block_table)
-PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1, "stale": STALE}
+
+
+def padding_fill(policy: str):
+    """What ``build_block_table`` pads with under a case's padding policy: a value, or ``STALE``."""
+    return STALE if policy == STALE else PADDING_VALUES[policy]
 
 
 @dataclass
@@ -87,7 +92,7 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
-                                    width, PADDING_VALUES[padding])
+                                    width, padding_fill(padding))
     return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
                       lengths.to(torch.int32).to(device), order[:used].to(device))
 

@@ -8,7 +8,7 @@ import torch
 
 from harness.backends.torch_backend import TorchBackend
 from harness.cases import Case, case_seed, load_suite
-from harness.pool import PADDING_VALUES, allocate, build_block_table, validate_block_table
+from harness.pool import STALE, allocate, build_block_table, validate_block_table
 from harness.runner import run_case
 
 
@@ -32,7 +32,7 @@ def test_stale_entries_are_live_pages_of_other_requests():
 
 def test_stale_with_one_request_reuses_its_own_pages():
     lay = layout([10], "stale")
-    table = build_block_table(lay.req_to_token, lay.req_pool_indices, [10], 64, 3, PADDING_VALUES["stale"])
+    table = build_block_table(lay.req_to_token, lay.req_pool_indices, [10], 64, 3, STALE)
     assert set(table[0].tolist()) == {int(lay.block_table[0, 0])}
 
 
