@@ -78,7 +78,7 @@ def draft_slot_mask(inputs: Inputs) -> torch.Tensor:
     slots = inputs.kv_pool.shape[0] * inputs.kv_pool.shape[1]
     mask = torch.zeros(slots, dtype=torch.bool, device=lay.req_to_token.device)
     prefix = inputs.seq_lens.long().to(mask.device)
-    drafts = lay.cache_seqlens.long().to(mask.device) - prefix
+    drafts = inputs.cache_seqlens.long().to(mask.device) - prefix
     request, i = token_index(drafts, mask.device)
     rows = lay.req_pool_indices.long().to(mask.device)[request]
     mask[lay.req_to_token[rows, prefix[request] + i].long()] = True

@@ -185,7 +185,11 @@ def request_alone(inputs, r: int):
     lay = inputs.layout
     one = lambda t: t[r:r + 1]   # noqa: E731
     n_pages = max(1, (int(lay.cache_seqlens[r]) + lay.page_size - 1) // lay.page_size)
-    return dataclasses.replace(inputs, q=one(inputs.q), block_table=one(inputs.block_table)[:, :n_pages].contiguous(),
+    table = one(inputs.block_table)[:, :n_pages].contiguous()
+    # token-slot kernels index through the layout: request r alone is row r of it too
+    layout = dataclasses.replace(lay, req_pool_indices=one(lay.req_pool_indices), block_table=table,
+                                 cache_seqlens=one(lay.cache_seqlens))
+    return dataclasses.replace(inputs, q=one(inputs.q), block_table=table, layout=layout,
                                cache_seqlens=one(inputs.cache_seqlens), seq_lens=one(inputs.seq_lens),
                                q_model=None if inputs.q_model is None else one(inputs.q_model))
 

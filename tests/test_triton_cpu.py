@@ -113,3 +113,11 @@ def test_decode_lse_merges_splits():
     out, lse = load_backend("sglang-triton").run(inputs)
     _, exp_lse = expected(inputs)
     assert torch.allclose(lse.double(), exp_lse, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("scenario", ["determinism", "padding", "batch_invariance"])
+@pytest.mark.parametrize("c", [CASES[0], CASES[3]], ids=lambda c: c.id)
+def test_sglang_triton_scenarios(c, scenario):
+    """batch_invariance runs each request alone: the token-slot indices must follow it (layout row r)."""
+    row = run_case(dataclasses.replace(c, scenario=scenario), load_backend("sglang-triton"), "sglang-triton", "cpu")
+    assert row["status"] == "pass", row.get("messages") or row.get("reason")
