@@ -31,6 +31,8 @@ def launch(backend, inputs: Inputs):
     """Gate, run and time one kernel call; returns ``(out, lse, kernel_ms)``."""
     validate_block_table(inputs.block_table, inputs.cache_seqlens, inputs.kv_pool.shape[0],
                          inputs.kv_pool.shape[1])
+    if hasattr(backend, "prepare"):       # one-time setup (e.g. a JIT build), kept out of kernel time
+        backend.prepare(inputs)
     _sync(inputs.device)
     t0 = time.perf_counter()
     out, lse = backend.run(inputs)

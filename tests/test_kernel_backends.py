@@ -151,6 +151,7 @@ def test_flashinfer_fp8_plans_bf16_q_with_kv_scales(monkeypatch):
     class Wrapper:
         def plan(self, **kwargs):
             seen["plan"] = kwargs
+            seen["plans"] = seen.get("plans", 0) + 1
 
         def run(self, **kwargs):
             seen["run"] = kwargs
@@ -166,7 +167,10 @@ def test_flashinfer_fp8_plans_bf16_q_with_kv_scales(monkeypatch):
     assert seen["plan"]["scale_mode"] == "kv-per-tensor"
     assert seen["run"]["ckv_scale"] == k_scale == seen["run"]["kpe_scale"]
     assert seen["run"]["query"].dtype == torch.bfloat16               # q is not quantised
-    assert "jit_build_s" in backend.info() and backend.info()["jit_cache"]
+    assert backend.info()["jit_cache"] and backend.info()["jit_build_s"] == {}
+    backend.prepare(inputs)                       # the first plan of a dtype pair is timed, once
+    backend.prepare(inputs)
+    assert list(backend.info()["jit_build_s"]) == ["bfloat16/float8_e4m3fn"] and seen["plans"] == 2
 
 
 class NoLse(TorchBackend):
