@@ -195,8 +195,9 @@ def test_no_lse_passes_on_out_alone_and_says_lse_was_not_produced():
     assert row["lse_produced"] is False and "lse" not in row["metrics"]
 
 
-def test_no_lse_still_fails_a_wrong_output():
-    row = run_case(small(), NoLseWrongOut(), "no-lse", "cpu")
+@pytest.mark.parametrize("seqlen", ["list:5,70,130", "list:0,17,64"])   # diagnostics also with empty rows
+def test_no_lse_still_fails_a_wrong_output(seqlen):
+    row = run_case(dataclasses.replace(small(), seqlen=seqlen), NoLseWrongOut(), "no-lse", "cpu")
     assert row["status"] == "fail" and any(c.startswith("out.") for c in row["failed_checks"])
 
 

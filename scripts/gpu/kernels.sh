@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 14 on the H200: a quick run of each new kernel backend (FlashInfer fa3/fa2, SGLang Triton decode +
-# extend, SGLang verify_mla, FlagGems) on the smoke, verify and fp8 suites, plus the stale-padding edge cases.
+# extend, SGLang verify_mla, FlagGems) on the smoke, verify and fp8 suites (and edge for fa3 and sglang-triton).
 # Assumes the wheel sets are installed in the checkout as .site/fi (flashinfer), .site/sg (sglang + flag_gems)
 # and .site/fm (sgl-flash-mla).  No network.  Keeps going when a backend fails, hangs or crashes: each
 # backend runs in its own process under a time limit.  About 4 minutes, FlashInfer's JIT builds included
@@ -73,10 +73,10 @@ run() {   # backend, suites, seconds, [extra args]
 }
 
 t0=$(date +%s)
-run flashinfer-fa3 smoke,verify,fp8 100
-run flashinfer-fa2 smoke,fp8 60
-run sglang-triton smoke,verify,fp8 70
-run sglang-verify-mla verify,fp8 40
-run flaggems smoke 30
-for id in edge/stale-padding/0 edge/stale-padding/1; do run sglang-triton edge 25 --case "$id"; done
+# limits are worst cases; a warm JIT cache (a second run on the same machine) makes FlashInfer's quick
+run flashinfer-fa3 smoke,verify,fp8,edge 150     # JIT: bf16, fp16, bf16 q + e4m3 KV (+ e5m2 unless refused)
+run flashinfer-fa2 smoke,fp8 80
+run sglang-triton smoke,verify,fp8,edge 100      # edge: empty rows, stale padding, 32k, scenarios
+run sglang-verify-mla verify,fp8 45
+run flaggems smoke 30                            # decode at its fixed scale 1/sqrt(576); the rest unsupported
 echo "== all: $(( $(date +%s) - t0 )) s; results and logs in $OUT"
