@@ -121,3 +121,16 @@ def test_sglang_triton_scenarios(c, scenario):
     """batch_invariance runs each request alone: the token-slot indices must follow it (layout row r)."""
     row = run_case(dataclasses.replace(c, scenario=scenario), load_backend("sglang-triton"), "sglang-triton", "cpu")
     assert row["status"] == "pass", row.get("messages") or row.get("reason")
+
+
+def test_sglang_split_policy_of_a_gpu_runs_and_passes():
+    """get_num_kv_splits_triton with an H200's 132 SMs (max_kv_splits 256): uneven splits per request."""
+    backend = load_backend("sglang-triton")
+    backend.device_cores = 132
+    seq = torch.tensor([700, 3, 129], dtype=torch.int32)
+    splits, max_splits, uneven = backend.split_counts(seq, 16)
+    assert max_splits == 256 and int(uneven[0]) == 1
+    assert all(1 <= n <= 256 for n in splits.tolist())
+    assert splits[0] > splits[1]                                   # the long request gets more splits
+    row = run_case(case("decode", "700,3,129", heads=16), backend, "sglang-triton", "cpu")
+    assert row["status"] == "pass", row.get("messages")

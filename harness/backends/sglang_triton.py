@@ -154,6 +154,8 @@ class SGLangTritonBackend(TritonKernels, Backend):
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton",
     )
 
+    device_cores = None    # None: as SGLang sees the device; a number exercises the GPU split policy anywhere
+
     def unsupported_reason(self, case, device):
         return self.reason_for(case, device) or super().unsupported_reason(case, device)
 
@@ -168,7 +170,9 @@ class SGLangTritonBackend(TritonKernels, Backend):
         """``(num_kv_splits, max_kv_splits, uneven_batch)`` as ``TritonAttnBackend.get_num_kv_splits``."""
         device = seq_lens.device
         b = seq_lens.shape[0]
-        cores = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+        cores = self.device_cores
+        if cores is None:          # get_device_core_count: the SM count on CUDA, 0 elsewhere
+            cores = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
         max_splits = mla_decode_max_kv_splits(cores)
         num_kv_splits = torch.empty(b, dtype=torch.int32, device=device)
         uneven = torch.zeros(1, dtype=torch.int32, device=device)
