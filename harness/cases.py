@@ -23,7 +23,7 @@ from .pool import pages_for
 
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 MODES = ("decode", "verify")
-PADDINGS = ("minus_one", "one", "zero", "huge")
+PADDINGS = ("minus_one", "one", "zero", "huge", "stale")
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
 

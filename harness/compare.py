@@ -131,6 +131,12 @@ def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound
     return res
 
 
+def missing(name: str, expected: torch.Tensor) -> TensorCheck:
+    """A tensor the kernel should have returned and did not: a failed shape check."""
+    return TensorCheck(name, tuple(expected.shape), False, [Kind.SHAPE.value],
+                       bound={"expected_shape": list(expected.shape), "actual_shape": []})
+
+
 def expected_lse_for(expected_lse: torch.Tensor, empty_row_lse: float) -> torch.Tensor:
     """The oracle's LSE with empty rows (+inf) set to what the backend declares for them."""
     return torch.where(torch.isposinf(expected_lse), torch.full_like(expected_lse, empty_row_lse), expected_lse)

@@ -9,4 +9,10 @@ class InputError(Exception):
     """Bad input from the user; never a bug in mla-verify or in a kernel."""
 
 
+class Unsupported(Exception):
+    """Raised from a backend's ``run`` when the kernel's own API refuses the input (a plan-time
+    ``ValueError``, a kernel returning False for a shape it declines).  The message quotes the
+    kernel's reason; the harness records the case as ``unsupported``."""
+
+
 from .status import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_NOTHING_VERIFIED, EXIT_OK  # noqa: E402, F401  (defined once)

@@ -9,7 +9,7 @@ exception in ``kernel`` is the kernel's ``error``; one anywhere else is a
 import traceback
 from contextlib import contextmanager
 
-from .errors import InputError
+from .errors import InputError, Unsupported
 
 KERNEL = "kernel"
 
@@ -26,7 +26,7 @@ class PhaseError(Exception):
 def phase(name: str):
     try:
         yield
-    except (InputError, PhaseError):
+    except (InputError, Unsupported, PhaseError):   # bad input, and a kernel's refusal, are not faults
         raise
     except Exception as e:
         raise PhaseError(name, e).with_traceback(e.__traceback__) from e

@@ -5,7 +5,10 @@ slot of every token of request ``r``.  With paged allocation every page holds
 ``page_size`` consecutive, page-aligned slots, so FlashMLA's block table entry p
 is ``req_to_token[row, p * page_size] // page_size``
 (``create_flashmla_kv_indices_triton``).  Entries past a request's last page
-are padding: -1 in eager mode, 1 in SGLang's CUDA-graph buffers.
+are padding: -1 in eager mode, 1 in SGLang's CUDA-graph buffers, and "stale"
+where an engine reuses a block-table scratch buffer: the entries past a row's
+last page still hold live pages of other requests (finite data, not poison),
+so a kernel that reads one page too far gets plausible numbers, not NaN.
 
 Here a page allocator hands out shuffled, non-contiguous pages (page 0 stays
 reserved, as SGLang reserves slot 0 for padded tokens), fills ``req_to_token``,
@@ -23,6 +26,12 @@ import torch
 from .errors import InputError
 
 PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1}
+STALE = "stale"   # not a value: padding entries hold other requests' live pages (see build_block_table)
+
+
+def padding_fill(policy: str):
+    """What ``build_block_table`` pads with under a case's padding policy: a value, or ``STALE``."""
+    return STALE if policy == STALE else PADDING_VALUES[policy]
 
 
 @dataclass
@@ -141,7 +150,7 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
-                                    width, PADDING_VALUES[padding])
+                                    width, padding_fill(padding))
     return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
                       lengths.to(torch.int32).to(device), order[:used].to(device))
 
@@ -155,11 +164,30 @@ def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, 
         raise InputError(f"request {r}: {int(lengths[r])} tokens need {int(need[r])} pages "
                          f"but the table has {width} columns")
     device = req_to_token.device
-    table = torch.full((len(lengths), width), pad_value, dtype=torch.int32, device=device)
+    stale = isinstance(pad_value, str) and pad_value == STALE
+    table = torch.full((len(lengths), width), 0 if stale else pad_value, dtype=torch.int32, device=device)
     request, p = token_index(need, device)
     rows = req_pool_indices.to(device).long()[request]
-    table[request, p] = (req_to_token[rows, p * page_size] // page_size).to(torch.int32)
+    live = (req_to_token[rows, p * page_size] // page_size).to(torch.int32)
+    table[request, p] = live
+    if stale and len(live):
+        fill_stale(table, need.to(device), request, live)
     return table
+
+
+def fill_stale(table, need, request, live):
+    """Padding entry (r, j) gets a live page of another request when there is one (of r's own
+    otherwise), cycling through them: what a reused scratch buffer holds after other batches."""
+    b, width = table.shape
+    pad = torch.arange(width, device=table.device)[None, :] >= need[:, None]          # (b, width)
+    for r in range(b):
+        n_pad = int(pad[r].sum())
+        if not n_pad:
+            continue
+        others = live[request != r]
+        pool = others if len(others) else live
+        idx = (torch.arange(n_pad, device=table.device) + r) % len(pool)
+        table[r, pad[r]] = pool[idx]
 
 
 def validate_req_to_token(layout: PageLayout):

@@ -15,7 +15,7 @@ import torch
 
 from . import environment, isolation, resources, scenarios
 from .cases import Case
-from .errors import InputError
+from .errors import InputError, Unsupported
 from .outcome import BackendIdentity, Outcome, ResultRow
 from .phases import KERNEL, PhaseError
 from .results import ResultsWriter
@@ -45,6 +45,8 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
         outcome = Outcome.unsupported(reason) if reason is not None else scenarios.run(case, backend, device)
     except InputError:
         raise
+    except Unsupported as e:   # the kernel's API refused the input at call time: quote it
+        outcome = Outcome.unsupported((str(e) or type(e).__name__).splitlines()[0][:500])
     except PhaseError as e:
         outcome = Outcome.raised(e.phase, e.error)
     except Exception as e:   # raised outside any phase: scenario glue, which is the harness's

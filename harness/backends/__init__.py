@@ -16,9 +16,37 @@ def _flashmla():
     return FlashMLABackend()
 
 
-# The real kernels, each imported from its own package.  ``auto`` runs every one that imports.
+def _flashinfer(kind):
+    def make():
+        from .flashinfer_mla import FlashInferMLABackend
+        return FlashInferMLABackend(kind)
+    return make
+
+
+def _sglang_triton():
+    from .sglang_triton import SGLangTritonBackend
+    return SGLangTritonBackend()
+
+
+def _sglang_verify_mla():
+    from .sglang_verify_mla import SGLangVerifyMLABackend
+    return SGLangVerifyMLABackend()
+
+
+def _flaggems():
+    from .flaggems_mla import FlagGemsMLABackend
+    return FlagGemsMLABackend()
+
+
+# The real kernels, each imported from its own package on first use (harness/backends/optional.py),
+# never here.  ``auto`` runs every one that imports.
 KERNELS = {
     "flashmla": _flashmla,
+    "flashinfer-fa3": _flashinfer("fa3"),
+    "flashinfer-fa2": _flashinfer("fa2"),
+    "sglang-triton": _sglang_triton,
+    "sglang-verify-mla": _sglang_verify_mla,
+    "flaggems": _flaggems,
 }
 
 BUILTIN = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cases import DTYPES, MODES, Case
+from ..errors import Unsupported  # noqa: F401  (backends raise it from here)
 
 
 @dataclass(frozen=True)

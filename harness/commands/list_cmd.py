@@ -36,12 +36,12 @@ def main(args) -> int:
         try:
             backend = load_backend(name)
         except (InputError, ImportError) as e:
-            print(f"  {name:<12} cannot load: {e}")
+            print(f"  {name:<18} cannot load: {e}")
             continue
         label = f"{name} -> {backend.name}" if name == "auto" else name
-        print(f"  {label:<12} {json.dumps(backend.info())}")
-        print(f"  {'':<12} supports {json.dumps(backend.capabilities.describe())}")
+        print(f"  {label:<18} {json.dumps(backend.info())}")
+        print(f"  {'':<18} supports {json.dumps(backend.capabilities.describe())}")
         note = getattr(backend, "availability", None)
         if callable(note):
-            print(f"  {'':<12} {note()}")
+            print(f"  {'':<18} {note()}")
     return 0

@@ -7,7 +7,8 @@ import torch
 
 from .. import diagnostics, oracle
 from ..checks import TENSORS, tensor_check
-from ..compare import check_tensor, describe_failure, expected_lse_for
+from ..compare import check_tensor, describe_failure, expected_lse_for, missing
+from ..conventions import kernel_view
 from ..inputs import Inputs, generate, torch_dtype
 from ..outcome import Outcome
 from ..phases import KERNEL, phase
@@ -30,15 +31,18 @@ def launch(backend, inputs: Inputs):
     validate_block_table(inputs.block_table, inputs.cache_seqlens, inputs.num_pages, inputs.page_size)
     sync(inputs.device)
     with phase(KERNEL):
+        if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
+            backend.prepare(inputs)
+            sync(inputs.device)
         t0 = time.perf_counter()
         out, lse = backend.run(inputs)
         sync(inputs.device)     # an asynchronous kernel fault surfaces here, still in the kernel's phase
     return out, lse, (time.perf_counter() - t0) * 1e3
 
 
-def lse_base_e(lse: torch.Tensor, capabilities) -> torch.Tensor:
-    """The kernel's LSE in natural log, as the oracle gives it."""
-    return lse.double() * math.log(2) if capabilities.lse_base == "2" else lse
+def lse_base_e(lse: torch.Tensor | None, capabilities) -> torch.Tensor | None:
+    """The kernel's LSE in natural log, as the oracle gives it (None: the kernel returns no LSE)."""
+    return lse.double() * math.log(2) if lse is not None and capabilities.lse_base == "2" else lse
 
 
 def expected_out_dtype(inputs: Inputs, capabilities) -> torch.dtype:
@@ -51,9 +55,13 @@ def compare_with(backend, inputs, out, lse, exp_out, exp_lse, tol: Tolerance):
     caps = backend.capabilities
     exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
     out_check = check_tensor("out", out, exp_out, tol.out, expected_out_dtype(inputs, caps))
-    # LSE's values are read in base e; its dtype is checked as the kernel returned it
-    lse_check = check_tensor("lse", lse_base_e(lse, caps), exp_lse, tol.lse, torch_dtype(caps.lse_dtype),
-                             actual_dtype=lse.dtype)
+    # LSE's values are read in base e; its dtype is checked as the kernel returned it.  A kernel
+    # without an LSE (declared has_lse=False) gets no LSE check, which is recorded, never a pass.
+    if lse is None:
+        lse_check = None if not caps.has_lse else missing("lse", exp_lse)
+    else:
+        lse_check = check_tensor("lse", lse_base_e(lse, caps), exp_lse, tol.lse, torch_dtype(caps.lse_dtype),
+                                 actual_dtype=lse.dtype)
     return out_check, lse_check, exp_lse
 
 
@@ -66,7 +74,7 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
     """
     t0 = time.perf_counter()
     with phase("oracle"):
-        exp_out, exp_lse = oracle.expected(inputs)
+        exp_out, exp_lse = oracle.expected(kernel_view(inputs, backend.capabilities))   # what the kernel computes with
         e2e = oracle.expected_model_precision(inputs) if inputs.is_fp8 and inputs.q_model is not None else None
     tol = TOLERANCES[case.dtype]
     with phase("compare"):
@@ -76,12 +84,16 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
             # The end-to-end error (against unquantised inputs) includes the engine's quantisation of q
             # and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
             o, l, _ = compare_with(backend, inputs, out, lse, *e2e, tol.end_to_end)
-            o.name, l.name = (t.name for t in TENSORS if not t.gating)
+            for check, tensor in zip((o, l), (t for t in TENSORS if not t.gating)):
+                if check is not None:
+                    check.name = tensor.name
             results += [o, l]
+        results = [c for c in results if c is not None]
         gating = {t.name for t in TENSORS if t.gating}
         failed = [c for c in results if not c.passed and c.name in gating]
-        diag = (diagnostics.summarize(inputs, out, lse_base_e(lse, backend.capabilities), exp_out, exp_lse, tol)
-                if failed else None)
+        # no LSE from the kernel: the LSE panels compare the oracle with itself (all zero error)
+        diag = (diagnostics.summarize(inputs, out, exp_lse if lse is None else lse_base_e(lse, backend.capabilities),
+                                      exp_out, exp_lse, tol) if failed else None)
         sync(inputs.device)
     return Outcome.judged(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(extra_failures)),
@@ -90,12 +102,15 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
         warnings=[describe_failure(case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,
         details={"seq_lens": inputs.seq_lens.cpu().tolist(), "cache_seqlens": inputs.cache_seqlens.cpu().tolist(),
-                 "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0])},
+                 "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0]),
+                 **({"lse_produced": False} if lse is None else {})},
         kernel_ms=kernel_ms, reference_ms=(time.perf_counter() - t0) * 1e3)
 
 
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and bits (NaN payloads included)."""
+def bitwise_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Same shape, dtype and bits (NaN payloads included); two missing LSEs are equal."""
+    if a is None or b is None:
+        return a is b
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)   # noqa: E731

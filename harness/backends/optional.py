@@ -1,0 +1,63 @@
+"""Importing a kernel package that may not be installed here, and saying why not.
+
+Kernel packages are imported on first use, never when the harness imports, so
+``mla-verify list`` works on a machine with none of them and each backend can
+report the exact import error.
+"""
+
+import importlib
+import importlib.metadata
+
+
+def try_import(module_name: str):
+    """``(module, None)`` or ``(None, "module: ExcType: first line")``."""
+    try:
+        return importlib.import_module(module_name), None
+    except Exception as e:   # a wheel for another torch/CUDA fails with OSError, RuntimeError, ...
+        first = (str(e).splitlines() or [""])[0][:200]
+        return None, f"{module_name}: {type(e).__name__}: {first}"
+
+
+def dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class LazyKernel:
+    """Mixin: ``self._load()`` imports once; ``available()`` / ``availability()`` report it."""
+
+    modules: tuple = ()        # module names to import, in order
+    needs_cuda = True
+
+    def _load(self):
+        if not hasattr(self, "_loaded"):
+            self._loaded, self._import_error = {}, None
+            for name in self.modules:
+                module, error = try_import(name)
+                if module is None:
+                    self._import_error = error
+                    break
+                self._loaded[name] = module
+        return self._loaded if self._import_error is None else None
+
+    def import_error(self) -> str | None:
+        self._load()
+        return self._import_error
+
+    def device_reason(self) -> str | None:
+        import torch
+        return "no CUDA device" if self.needs_cuda and not torch.cuda.is_available() else None
+
+    def available(self) -> bool:
+        return self.device_reason() is None and self.import_error() is None
+
+    def availability(self) -> str:
+        """One line: whether the package imports here, and whether it can run here."""
+        imported = self.import_error()
+        device = self.device_reason()
+        imports = f"does not import ({imported})" if imported else f"imports ({', '.join(self.modules)})"
+        if imported or device:
+            return f"unavailable: {imports}" + (f"; {device}" if device else "")
+        return f"available: {imports}"

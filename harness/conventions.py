@@ -1,0 +1,102 @@
+"""What a kernel actually computes with: the inputs as *this* kernel is given them.
+
+``inputs.generate`` builds one set of inputs in SGLang's FlashMLA convention (for
+fp8: q quantised with K's scale, ``descale_q = descale_k = k_scale``).  Other
+kernels are handed other things for the same case, declared as data in their
+``Capabilities.fp8_q``.  ``kernel_view`` returns an ``Inputs`` whose q, pool and
+descales hold exactly the values the kernel multiplies, so the oracle run on it
+measures the kernel's own arithmetic error and nothing else.  The end-to-end
+error (against the model-precision ``q_model`` / ``kv_pool_model``) is
+unchanged by the view.
+
+Non-fp8 cases are the same for every kernel: the view is the inputs themselves.
+
+fp8 conventions:
+
+- ``quantized_k_scale`` (SGLang's FlashMLA path): the inputs as generated.
+- ``model_dtype`` (FlashInfer): q is the bf16 ``q_model``, not quantised; the
+  fp8 KV is dequantised with the per-tensor scale (``ckv_scale = kpe_scale =
+  k_scale``).  View: ``q = q_model``, ``descale_q = None``.
+- ``cast_in_kernel`` (SGLang's Triton kernels): the kernel is given the bf16
+  ``q_model`` and casts it to the KV's fp8 dtype itself, *without* a scale
+  (``q.to(K_Buffer.dtype.element_ty)``), and folds ``k_scale`` into the softmax
+  scale.  What is cast differs by path:
+  * decode (``decode_attention_fwd``): only the 512 no-PE dims are cast; the
+    64 rope dims stay in q's dtype and the fp8 ``kpe`` is upcast to it
+    (``tl.dot(qpe, kpe.to(qpe.dtype))``).  View: ``q = [fp8(q_nope), q_pe]``
+    as float32 (both exact there), KV as given with ``descale_k = k_scale``.
+  * verify (``extend_attention_fwd``, ``verify_shared_kv_fwd``): the prefix
+    is read from the fp8 pool with all 576 dims of q cast to fp8 and logits
+    scaled by ``sm_scale * k_scale``; the draft tokens come in separately as
+    ``k_extend`` in q's dtype (SGLang hands the kernel the model-precision
+    ``k`` it has just written to the cache) and meet the *unquantised* q with
+    ``sm_scale`` alone.  One query meets two different q values, so the view
+    works in a widened logit space where one dot product gives both:
+    ``q' = [0 (d_v) | fp8(q) | q]`` and each slot's key
+    ``[value (d_v) | k8 * k_scale | 0]`` for a prefix token,
+    ``[value (d_v) | 0 | k_model]`` for a draft token, where value is the
+    token's first ``d_v`` dims as the kernel reads them.  Then
+    ``q'.k' = fp8(q).k8 * k_scale`` or ``q.k_model`` exactly (float64), and the
+    oracle's V = first ``d_v`` dims is the value the kernel accumulates.
+"""
+
+import dataclasses
+
+import torch
+
+from .inputs import Inputs
+from .pool import token_index
+
+FP8_Q_CONVENTIONS = ("quantized_k_scale", "model_dtype", "cast_in_kernel")
+
+
+def kernel_view(inputs: Inputs, capabilities) -> Inputs:
+    """The inputs as the kernel with these capabilities computes with them (see module doc)."""
+    convention = capabilities.fp8_q
+    if convention not in FP8_Q_CONVENTIONS:
+        raise ValueError(f"unknown fp8_q convention '{convention}' (known: {', '.join(FP8_Q_CONVENTIONS)})")
+    if not inputs.is_fp8 or inputs.q_model is None or convention == "quantized_k_scale":
+        return inputs
+    if convention == "model_dtype":
+        return dataclasses.replace(inputs, q=inputs.q_model, descale_q=None)
+    if inputs.mode == "decode":
+        return _cast_nope_view(inputs)
+    return _extend_view(inputs)
+
+
+def _cast_nope_view(inputs: Inputs) -> Inputs:
+    d_v = inputs.d_v
+    q = inputs.q_model
+    q_nope = q[..., :d_v].to(inputs.kv_pool.dtype).float()     # unscaled cast, as the kernel does
+    view_q = torch.cat([q_nope, q[..., d_v:].float()], dim=-1)
+    return dataclasses.replace(inputs, q=view_q, descale_q=None)
+
+
+def draft_slot_mask(inputs: Inputs) -> torch.Tensor:
+    """``(num_pages * page_size,)`` bool: the pool slots that hold a verify's draft tokens."""
+    slots = inputs.kv_pool.shape[0] * inputs.kv_pool.shape[1]
+    mask = torch.zeros(slots, dtype=torch.bool, device=inputs.req_to_token.device)
+    prefix = inputs.seq_lens.long().to(mask.device)
+    drafts = inputs.cache_seqlens.long().to(mask.device) - prefix
+    request, i = token_index(drafts, mask.device)
+    rows = inputs.req_pool_indices.long().to(mask.device)[request]
+    mask[inputs.req_to_token[rows, prefix[request] + i].long()] = True
+    return mask.to(inputs.device)
+
+
+def _extend_view(inputs: Inputs) -> Inputs:
+    d_v = inputs.d_v
+    k_scale = float(inputs.descale_k.reshape(-1)[0])
+    q = inputs.q_model
+    view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
+                        q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)
+    pages, page_size = inputs.kv_pool.shape[:2]
+    flat = lambda t: t.reshape(pages * page_size, *t.shape[2:]).double()   # noqa: E731  (k8 * k_scale exact)
+    deq = flat(inputs.kv_pool) * k_scale          # NaN poison stays NaN
+    model = flat(inputs.kv_pool_model)
+    zero = torch.zeros_like(deq)
+    prefix_key = torch.cat([deq[..., :d_v], deq, zero], dim=-1)
+    draft_key = torch.cat([model[..., :d_v], zero, model], dim=-1)
+    is_draft = draft_slot_mask(inputs)[:, None, None]
+    pool = torch.where(is_draft, draft_key, prefix_key).reshape(pages, page_size, *draft_key.shape[1:])
+    return dataclasses.replace(inputs, q=view_q, kv_pool=pool, descale_q=None, descale_k=None)
