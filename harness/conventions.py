@@ -45,7 +45,7 @@ import dataclasses
 import torch
 
 from .inputs import Inputs
-from .pool import token_index
+from .pool import pages_for, token_index
 
 FP8_Q_CONVENTIONS = ("quantized_k_scale", "model_dtype", "cast_in_kernel")
 
@@ -84,19 +84,34 @@ def draft_slot_mask(inputs: Inputs) -> torch.Tensor:
     return mask.to(inputs.device)
 
 
+def pages_in_use(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pages the block table's needed entries name (sorted, unique), and the table renumbered
+    onto them (padding entries -1).  The oracle reads nothing else, so a view built on these
+    pages alone is exact, and never as large as a serving-scale pool."""
+    table = inputs.block_table.long()
+    needed = torch.arange(table.shape[1], device=table.device)[None, :] < \
+        pages_for(inputs.cache_seqlens.long(), inputs.page_size)[:, None]
+    used = torch.unique(table[needed])
+    renumbered = torch.where(needed, torch.searchsorted(used, table.clamp(min=0)), torch.full_like(table, -1))
+    return used, renumbered.to(torch.int32)
+
+
 def _extend_view(inputs: Inputs) -> Inputs:
     d_v = inputs.d_v
     k_scale = float(inputs.descale_k.reshape(-1)[0])
     q = inputs.q_model
     view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
                         q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)
-    pages, page_size = inputs.kv_pool.shape[:2]
-    flat = lambda t: t.reshape(pages * page_size, *t.shape[2:]).double()   # noqa: E731  (k8 * k_scale exact)
+    used, table = pages_in_use(inputs)
+    page_size = inputs.page_size
+    flat = lambda t: t[used].reshape(len(used) * page_size, *t.shape[2:]).double()   # noqa: E731  (k8 * k_scale exact)
     deq = flat(inputs.kv_pool) * k_scale          # NaN poison stays NaN
     model = flat(inputs.kv_pool_model)
     zero = torch.zeros_like(deq)
     prefix_key = torch.cat([deq[..., :d_v], deq, zero], dim=-1)
     draft_key = torch.cat([model[..., :d_v], zero, model], dim=-1)
-    is_draft = draft_slot_mask(inputs)[:, None, None]
-    pool = torch.where(is_draft, draft_key, prefix_key).reshape(pages, page_size, *draft_key.shape[1:])
-    return dataclasses.replace(inputs, q=view_q, kv_pool=pool, descale_q=None, descale_k=None)
+    slots = (used[:, None] * page_size + torch.arange(page_size, device=used.device)).reshape(-1)
+    is_draft = draft_slot_mask(inputs)[slots][:, None, None]
+    pool = torch.where(is_draft, draft_key, prefix_key).reshape(len(used), page_size, *draft_key.shape[1:])
+    return dataclasses.replace(inputs, q=view_q, kv_pool=pool, block_table=table, descale_q=None, descale_k=None,
+                               kv_pool_model=inputs.kv_pool_model[used])     # the same pages, renumbered

@@ -100,6 +100,16 @@ def test_cast_in_kernel_verify_matches_the_kernels_arithmetic():
                 assert math.isclose(float(lse[r, h, i]), float(l), rel_tol=1e-12)
 
 
+def test_the_verify_view_holds_only_the_pages_in_use():
+    # a serving-scale pool must never be widened to float64 whole: the view keeps the live pages
+    inputs = make("verify", s_q=3, seqlen="list:5,62,0")
+    view = kernel_view(inputs, CAST)
+    cache = inputs.cache_seqlens.tolist()
+    live = {int(inputs.block_table[r, p]) for r, n in enumerate(cache) for p in range(-(-n // inputs.page_size))}
+    assert view.kv_pool.shape[0] == len(live) < inputs.kv_pool.shape[0]
+    assert torch.equal(view.cache_seqlens, inputs.cache_seqlens)
+
+
 def test_draft_slot_mask_marks_exactly_the_drafts():
     inputs = make("verify", s_q=2, seqlen="list:3,64,0")
     mask = draft_slot_mask(inputs)
@@ -114,7 +124,7 @@ def test_end_to_end_error_is_unaffected_by_the_view():
     from harness.oracle import expected_model_precision
     inputs = make("verify", s_q=2)
     view = kernel_view(inputs, CAST)
-    assert view.q_model is inputs.q_model and view.kv_pool_model is inputs.kv_pool_model
+    assert view.q_model is inputs.q_model
     a, b = expected_model_precision(view), expected_model_precision(inputs)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
