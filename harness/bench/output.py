@@ -57,15 +57,20 @@ def line(row: dict) -> str:
 
 
 def cross_check_line(row: dict) -> str | None:
-    c = (row.get("bench") or {}).get("cross_check")
+    b = row.get("bench") or {}
+    c = b.get("cross_check")
     if not c:
         return None
     if "error" in c:
         return f"cross-check {row['case_id']} {row.get('backend')}: could not run: {c['error']}"
     verdict = "agrees" if c["agrees"] else "DISAGREES"
-    return (f"cross-check {row['case_id']} {row.get('backend')}: harness kineto p50 {c['harness_p50_us']:.1f} us, "
+    line = (f"cross-check {row['case_id']} {row.get('backend')}: harness kineto p50 {c['harness_p50_us']:.1f} us, "
             f"{c['method']} {c['independent_us']:.1f} us, ratio {c['ratio']:.3f}: {verdict} "
             f"(within +-{100 * c['tolerance']:.0f}%)")
+    other = b.get("cross_check_other") or {}
+    if other.get("independent_us"):
+        line += f"; beside it, {other['method']} {other['independent_us']:.1f} us (ratio {other['ratio']:.3f})"
+    return line
 
 
 def describe_ceilings(c) -> str:

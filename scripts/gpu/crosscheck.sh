@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The bench cross-check on the H200: FlashMLA b=128, L=4096, h=16/128, with the L2 flushed and without,
+# and the SM clock sampled while it runs (back-to-back compute can run at lower clocks than one call).
+set -u
+. scripts/gpu/env.sh
+dir=reports/gpu-x; mkdir -p $dir
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 50 > $dir/clocks.txt &
+sampler=$!
+for flush in read none; do
+  timeout 120 python3 -m harness.cli bench --suite bench --case bench/flashmla-headline --backend flashmla \
+    --cross-check --l2-flush $flush --iters 50 --out $dir/crosscheck-$flush.jsonl 2>&1 | grep -E "cross-check|ceilings" | cut -c1-400
+done
+kill $sampler
+echo "SM clock MHz min/median/max while timing: $(sort -n -t, -k1 $dir/clocks.txt | awk -F, '{a[NR]=$1} END {print a[1], a[int(NR/2)], a[NR]}')"
+echo "power W max: $(sort -n -t, -k2 $dir/clocks.txt | tail -1)"
