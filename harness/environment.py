@@ -18,8 +18,8 @@ def describe() -> dict:
         "cuda": torch.version.cuda,
         "gpu": None,
         "driver": None,
-        # a copied tree (a GPU box without .git) can name its commit in MLA_VERIFY_COMMIT
-        "commit": _git_commit() or os.environ.get("MLA_VERIFY_COMMIT"),
+        # MLA_VERIFY_COMMIT first: a copied tree (a GPU box) may carry a stale .git of its own
+        "commit": os.environ.get("MLA_VERIFY_COMMIT") or _git_commit(),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
