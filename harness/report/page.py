@@ -11,7 +11,7 @@ import time
 from ..checks import BY_TENSOR, TENSORS
 from ..status import Status
 from ..summary import verified_backends
-from . import bench, drilldown, svg
+from . import bench, drilldown, matrix, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
 from .build import BAD, ReportData
@@ -241,6 +241,7 @@ def render(data: ReportData, title: str = "mla-verify report") -> str:
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>{esc(title)}: {verdict(data)}</title><style>{CSS}</style></head><body><main>"
-            + _header(data, title) + _cards(data) + _baseline(data) + summary + bench.section(data.rows)
+            + _header(data, title) + _cards(data) + _baseline(data) + summary + matrix.section(data)
+            + bench.section(data.rows)
             + _case_table(data)
             + _drilldowns(data) + f"</main><div id='tip'></div><script>{JS}</script></body></html>")

@@ -97,7 +97,8 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
         sync(inputs.device)
     return Outcome.judged(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(extra_failures)),
-        metrics={**{c.name: c.to_dict() for c in results}, **(extra_metrics or {})},
+        metrics={**{c.name: c.to_dict() for c in results}, **(extra_metrics or {}),
+                 "out_sample": out_sample(case.seed, out)},
         messages=[describe_failure(case.id, c) for c in failed] + list(extra_messages),
         warnings=[describe_failure(case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,
@@ -105,6 +106,20 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
                  "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0]),
                  **({"lse_produced": False} if lse is None else {})},
         kernel_ms=kernel_ms, reference_ms=(time.perf_counter() - t0) * 1e3)
+
+
+SAMPLE_SIZE = 64
+
+
+def out_sample(seed: int, out: torch.Tensor) -> dict:
+    """The kernel's out at ``SAMPLE_SIZE`` positions drawn from the case's seed: the same positions on every
+    backend, so the report can set kernels against each other without storing whole tensors."""
+    n = out.numel()
+    if not n:
+        return {"positions": [], "values": []}
+    positions = torch.randint(0, n, (min(SAMPLE_SIZE, n),), generator=torch.Generator().manual_seed(seed))
+    values = out.reshape(-1)[positions.to(out.device)].double().cpu().tolist()
+    return {"positions": positions.tolist(), "values": values}
 
 
 def bitwise_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
