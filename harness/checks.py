@@ -95,6 +95,13 @@ def harness_check(phase: str) -> str:
     return f"{HARNESS_PREFIX}{phase}"
 
 
+def known(check: str) -> bool:
+    """Whether ``check`` names a check this table defines (a mutant's ``caught_by`` must)."""
+    tensor, _, kind = check.rpartition(".")
+    return ((tensor in BY_TENSOR and kind in {k.value for k in Kind}) or check in SCENARIO_CHECKS
+            or check in (RAISED, CRASH, TIMEOUT) or check.startswith(HARNESS_PREFIX))
+
+
 def order(check: str) -> tuple:
     """Sort key: tensor checks first (out, lse, then end to end; by kind), then scenario checks, then outcomes."""
     tensor, _, kind = check.rpartition(".")

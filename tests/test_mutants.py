@@ -164,3 +164,12 @@ def test_selfcheck_markdown_lists_every_chosen_mutant(tiny_suite, capsys):
     assert code == 0
     table = [line for line in text.splitlines() if line.startswith("| `")]
     assert [line.split("`")[1] for line in table] == ["torch (clean)", "wrong_softmax_scale"]
+
+
+def test_every_mutant_names_checks_the_table_defines():
+    from harness.checks import known
+    from harness.mutants import MUTANTS
+    for name, factory in MUTANTS.items():
+        caught_by = factory().caught_by
+        assert caught_by and all(known(c) for c in caught_by), (name, caught_by)
+    assert not known("out.elemnt") and not known("determinsm")
