@@ -45,7 +45,7 @@ def test_every_new_backend_is_registered():
                             index_format="page_table", modes=("decode", "verify"))),
     ("flashinfer-fa2", dict(lse_base="2", empty_row_lse=-math.inf, has_lse=True, fp8_q="model_dtype")),
     ("sglang-triton", dict(lse_base="e", empty_row_lse=-math.inf, has_lse=True, fp8_q="cast_in_kernel",
-                           index_format="token_slots", non_causal=False)),
+                           index_format="token_slots", non_causal=True)),
     ("sglang-verify-mla", dict(has_lse=False, modes=("verify",), fp8_q="cast_in_kernel",
                                index_format="token_slots")),
     ("flaggems", dict(has_lse=False, modes=("decode",), max_draft_tokens=1, dtypes=("bf16", "fp16"),

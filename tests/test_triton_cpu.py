@@ -33,10 +33,11 @@ pytestmark = pytest.mark.skipif(
     if _why else "TRITON_INTERPRET is set to something other than 1")
 
 
-def case(mode, seqlen, s_q=1, padding="minus_one", heads=4):
-    case_id = f"triton-cpu/{mode}-{s_q}/{seqlen}/{padding}"
+def case(mode, seqlen, s_q=1, padding="minus_one", heads=4, causal=True):
+    case_id = f"triton-cpu/{mode}-{s_q}/{seqlen}/{padding}" + ("" if causal else "/non-causal")
     return Case(id=case_id, seed=case_seed(case_id, 0), mode=mode, batch_size=len(seqlen.split(",")),
-                heads=heads, draft_tokens=s_q, dtype="fp16", seqlen=f"list:{seqlen}", padding=padding)
+                heads=heads, draft_tokens=s_q, dtype="fp16", seqlen=f"list:{seqlen}", padding=padding,
+                causal=causal)
 
 
 CASES = [
@@ -44,6 +45,7 @@ CASES = [
     case("decode", "64,1,129", heads=16, padding="stale"),
     case("verify", "5,70,0", s_q=3),                  # drafts straddle a page edge; one empty prefix
     case("verify", "62,1,100", s_q=2, padding="stale"),
+    case("verify", "5,70,130", s_q=3, causal=False),   # extend_attention_fwd's is_causal=False: drafts see each other
 ]
 
 

@@ -147,7 +147,7 @@ class SGLangTritonBackend(TritonKernels, Backend):
     capabilities = Capabilities(
         modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"), devices=("cuda", "cpu"),
         kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,
-        non_causal=False,   # decode has no causal flag; SGLang's verify path is causal (topk = 1)
+        non_causal=True,    # verify passes is_causal through; decode (s_q = 1) sees every key either way
         lse_base="e", empty_row_lse=-math.inf, has_lse=True,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton",
     )
