@@ -20,7 +20,8 @@ class SGLangVerifyMLABackend(TritonKernels, Backend):
     modules = ("triton", "sglang.kernels.ops.attention.verify_mla")
     capabilities = Capabilities(
         modes=("verify",), dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"), devices=("cuda", "cpu"),
-        kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8, non_causal=False,
+        kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,
+        non_causal=True,   # is_causal is passed through; can_handle() accepts it without a custom mask
         lse_base="e", empty_row_lse=-math.inf, has_lse=False,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton-verify-mla",
     )
