@@ -10,12 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from .errors import InputError
+from .results import failure_lines
 from .status import Status
-
-
-def _message(row: dict) -> str:
-    lines = row.get("messages") or [f"{row['case_id']}: {row['status']}: {row.get('reason')}"]
-    return lines[0]
 
 
 def to_xml(rows: list[dict], name: str = "mla-verify") -> ET.ElementTree:
@@ -42,8 +38,8 @@ def to_xml(rows: list[dict], name: str = "mla-verify") -> ET.ElementTree:
             else:
                 tag, tally = "error", "errors"
             tallies[tally] += 1
-            detail = ET.SubElement(case, tag, message=_message(row) if tag != "skipped" else str(row.get("reason")),
-                                   type=status)
+            message = str(row.get("reason")) if tag == "skipped" else failure_lines(row)[0]
+            detail = ET.SubElement(case, tag, message=message, type=status)
             detail.text = "\n".join([*(row.get("messages") or []), *(row.get("traceback") or []),
                                      f"rerun: {row.get('rerun', '')}"])
         suite.set("time", f"{time_total:.3f}")

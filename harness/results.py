@@ -149,6 +149,11 @@ def read_rows(path: str | Path) -> list[dict]:
     return rows
 
 
+def failure_lines(row: dict) -> list[str]:
+    """A row's one-line failure messages, or for a row without any (a raise, a crash) its status and reason."""
+    return row.get("messages") or [f"{row['case_id']}: {row['status']}: {row.get('reason')}"]
+
+
 def load(*paths):
     """All rows of the given files as one pandas DataFrame, flattened (``metrics.out.cos_diff``)."""
     import pandas as pd

@@ -3,6 +3,7 @@
 import sys
 from collections import Counter
 
+from .results import failure_lines
 from .status import STATUSES, Status, gates
 
 COLUMNS = STATUSES
@@ -43,7 +44,7 @@ def print_summary(summary, results_path, out=None, max_messages=20):
     bad = [r for r in rows if gates(r["status"])]
     shown = 0
     for r in bad:
-        lines = r.get("messages") or [f"{r['case_id']}: {r['status']}: {r.get('reason')}"]
+        lines = failure_lines(r)
         for line in lines:
             if shown < max_messages:
                 print(f"FAIL {line}\n     rerun: {r['rerun']}", file=out)
