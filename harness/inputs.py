@@ -21,11 +21,11 @@ from reference import FP8_MAX, quantize_fp8
 from . import seqlens
 from .cases import Case
 from .pool import (
-    PADDING_VALUES,
     PageLayout,
     allocate,
     boundary_pages,
     build_block_table,
+    padding_fill,
     pages_for,
     token_index,
     validate_block_table,
@@ -233,7 +233,7 @@ class KVStore:
         if table is None:
             width = max(1, max((pages_for(n, case.page_size) for n in cache), default=1))
             table = build_block_table(lay.req_to_token, lay.req_pool_indices[:bs], cache, case.page_size, width,
-                                      PADDING_VALUES[case.padding]).to(device)
+                                      padding_fill(case.padding)).to(device)
         drafts = case.s_q if case.mode == "verify" else 0
         q = quantize_fp8(q_model, self.k_scale, self.pool.dtype) if self.fp8 else q_model
         return Inputs(

@@ -42,8 +42,9 @@ def spread(rows: list[dict]) -> dict[str, float]:
     for backend, (_, values) in sampled.items():
         worst = 0.0
         for v, m in zip(values, medians):
-            if math.isnan(v) != math.isnan(m) or (math.isnan(v) and math.isnan(m)):
-                worst = math.inf if math.isnan(v) != math.isnan(m) else worst
+            if math.isnan(v) or math.isnan(m):      # NaN where the others agree on a number: infinitely far
+                if math.isnan(v) != math.isnan(m):
+                    worst = math.inf
                 continue
             worst = max(worst, abs(v - m) / (atol + rtol * abs(m)))
         out[backend] = worst
