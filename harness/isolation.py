@@ -10,7 +10,6 @@ context is unusable afterwards), so a worker that hits one reports the case as
 """
 
 import multiprocessing as mp
-import os
 import signal
 import time
 from multiprocessing.connection import wait
@@ -27,7 +26,8 @@ def _worker_main(conn, backend_spec, device, threads, run_case):
     from .backend_loader import load_backend
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     import torch
-    # several workers share the CPU: without this each would start one thread per core
+    # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
+    # splits its work over the threads, so another count gives other last bits in the metrics
     torch.set_num_threads(threads)
     try:
         backend = load_backend(backend_spec)
@@ -36,11 +36,14 @@ def _worker_main(conn, backend_spec, device, threads, run_case):
         return
     conn.send(("ready", None))
     while True:
-        case = conn.recv()
-        if case is None:
+        job = conn.recv()
+        if job is None:
             return
+        case, release_memory = job
         try:
             row = run_case(case, backend, backend_spec, device)
+            if release_memory and device == "cuda":
+                torch.cuda.empty_cache()      # hand a large case's memory back for the other workers
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
@@ -64,10 +67,11 @@ class Worker:
         self.case = None
         self.deadline = None
         self.ready = False
+        self.holds = 0            # the estimated bytes of the case in flight
 
-    def send(self, case, timeout_s):
-        self.case, self.deadline = case, time.monotonic() + timeout_s
-        self.conn.send(case)
+    def send(self, case, timeout_s, holds: int):
+        self.case, self.deadline, self.holds = case, time.monotonic() + timeout_s, holds
+        self.conn.send((case, holds > MemoryGate.RELEASE_BYTES))
 
     def stop(self, kill=False):
         if kill:
@@ -93,8 +97,32 @@ def _death_reason(proc) -> str:
     return f"worker exited with code {code}"
 
 
+class MemoryGate:
+    """Admits a case to a worker only while the cases in flight fit the device together.
+
+    ``cost(case)`` estimates a case's peak bytes; ``budget`` is what all workers may hold at once.
+    A case that fits nothing runs alone (its own fit was checked before the run).  A worker that
+    ran a case over ``RELEASE_BYTES`` empties its allocator's cache afterwards.
+    """
+
+    RELEASE_BYTES = 1 << 30
+    LOOKAHEAD = 64            # cases scanned for one that fits, past a large one that must wait
+
+    def __init__(self, cost=None, budget: int = 0):
+        self.cost, self.budget = cost, budget
+
+    def pick(self, todo: list, in_flight: int) -> int | None:
+        """The index in ``todo`` of the next case to start, or None to wait for memory."""
+        if self.cost is None or not in_flight:
+            return 0
+        for i, case in enumerate(todo[:self.LOOKAHEAD]):
+            if in_flight + self.cost(case) <= self.budget:
+                return i
+        return None
+
+
 def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, workers=1, timeout_s=300.0,
-                 startup_timeout_s=300.0):
+                 startup_timeout_s=300.0, memory: MemoryGate | None = None):
     """Run ``cases`` in ``workers`` processes; ``on_row(row)`` gets every row, in completion order.
 
     ``run_case(case, backend, spec, device)`` runs one case in a worker (a module-level function, so
@@ -102,8 +130,10 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, worke
     died or hung.
     """
     ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
-    todo = list(cases)[::-1]
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    memory = memory or MemoryGate()
+    todo = list(cases)
+    import torch
+    threads = torch.get_num_threads()
     pool = [Worker(ctx, backend_spec, device, threads, run_case) for _ in range(min(workers, len(todo)) or 0)]
     for w in pool:
         w.deadline = time.monotonic() + startup_timeout_s
@@ -111,11 +141,14 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, worke
         while pool:
             for w in list(pool):
                 if w.ready and w.case is None:
-                    if todo:
-                        w.send(todo.pop(), timeout_s)
-                    else:
+                    if not todo:
                         w.stop()
                         pool.remove(w)
+                        continue
+                    i = memory.pick(todo, sum(other.holds for other in pool if other.case is not None))
+                    if i is not None:
+                        case = todo.pop(i)
+                        w.send(case, timeout_s, memory.cost(case) if memory.cost else 0)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
@@ -131,7 +164,7 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, worke
                         w.ready, w.deadline = True, None
                     elif kind == "row":
                         on_row(payload)
-                        w.case = None
+                        w.case, w.holds = None, 0
                         replace = payload["status"] == Status.CRASH
                     elif kind == "bad_input":
                         raise InputError(payload)

@@ -24,6 +24,7 @@ class Outcome:
     details: dict = field(default_factory=dict)          # seq lens, k_scale, phase, traceback, ...
     kernel_ms: float | None = None
     reference_ms: float | None = None
+    phase_ms: dict = field(default_factory=dict)          # time per phase (inputs, kernel, oracle, compare)
 
     @classmethod
     def judged(cls, failed_checks: list, **fields) -> "Outcome":
@@ -63,6 +64,8 @@ class Outcome:
                 row[name] = getattr(self, name)
         if self.kernel_ms is not None or self.reference_ms is not None:
             row.update(kernel_ms=self.kernel_ms, reference_ms=self.reference_ms)
+        if self.phase_ms:
+            row["phase_ms"] = self.phase_ms
         row.update(self.details)
         return row
 

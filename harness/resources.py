@@ -85,10 +85,11 @@ def kv_elements(case: Case) -> int:
 
 
 def too_large_reason(case: Case, device: str, available: int | None = None,
-                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS) -> str | None:
+                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS, measured: str | None = None) -> str | None:
     """Why ``case`` cannot be built on ``device`` (the numbers), or None if it fits.
 
-    ``available`` overrides the measured free memory (tests; a machine shared with others).
+    ``available`` overrides the measured free memory (a run measures once; tests; a machine shared
+    with others); ``measured`` says how it was measured.
     """
     if torch.device(device).type == "cpu" and kv_elements(case) > cpu_max_kv_elements:
         return (f"too large for a CPU run: {kv_elements(case):.2e} cached KV elements, over the "
@@ -96,7 +97,7 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
     fraction = CUDA_FRACTION if torch.device(device).type == "cuda" else CPU_FRACTION
     if available is None:
         available, measured = available_bytes(device)
-    else:
+    elif measured is None:
         measured = f"{available / GiB:.1f} GiB given"
     need = estimated_bytes(case)
     budget = int(available * fraction)
@@ -105,3 +106,19 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
     detail = ", ".join(f"{k} {v / GiB:.1f}" for k, v in need.items() if k != "total")
     return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), "
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
+
+
+def peak_bytes(case: Case) -> int:
+    """The case's estimated peak memory: what a worker holds while it runs the case."""
+    return estimated_bytes(case)["total"]
+
+
+# A worker's CUDA context, the kernel's workspace and its allocator's cache of small cases
+WORKER_OVERHEAD = 2 * GiB
+
+
+def shared_budget(device: str, available: int, workers: int) -> int:
+    """What cases running at once in ``workers`` processes may hold together on ``device``."""
+    if torch.device(device).type == "cuda":
+        return max(int(available * CUDA_FRACTION) - workers * WORKER_OVERHEAD, 0)
+    return int(available * CPU_FRACTION)

@@ -7,13 +7,14 @@ row to the results file.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from . import environment, isolation, resources, scenarios
+from . import environment, isolation, phases, resources, scenarios
 from .cases import Case
 from .errors import InputError, Unsupported
 from .outcome import BackendIdentity, Outcome, ResultRow
@@ -24,6 +25,18 @@ from .status import Status, gates, verdict_of
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+MAX_GPU_WORKERS = 8
+
+
+def default_workers(device: str) -> int:
+    """Worker processes when none are asked for.  On a GPU a case's time is mostly host work
+    (a few hundred small launches), so several processes share the device; the CPU backends
+    already use every core through torch's threads, so the CPU gets one."""
+    if torch.device(device).type != "cuda":
+        return 1
+    return max(1, min(MAX_GPU_WORKERS, (os.cpu_count() or 2) // 2))
 
 
 def rerun_command(case: Case, backend_spec: str, device: str) -> str:
@@ -37,12 +50,31 @@ def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Out
                      rerun_command(case, backend_spec, device), wall_s)
 
 
+def precheck(case: Case, backend, device: str) -> str | None:
+    """Why the case is not run here (the backend refuses it, or it does not fit now), or None."""
+    return backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
+
+
 def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
-    """Run one case and return its result row.  Bad input raises ``InputError``."""
+    """Check and run one case and return its result row.  Bad input raises ``InputError``."""
+    return _run(case, backend, backend_spec, device, checked=False)
+
+
+def run_checked_case(case: Case, backend, backend_spec: str, device: str) -> dict:
+    """``run_case`` for a case ``run_cases`` has prechecked (what a worker runs)."""
+    return _run(case, backend, backend_spec, device, checked=True)
+
+
+def _run(case: Case, backend, backend_spec: str, device: str, checked: bool) -> dict:
     started = time.perf_counter()
+    clock = phases.PhaseClock()
     try:
-        reason = backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
-        outcome = Outcome.unsupported(reason) if reason is not None else scenarios.run(case, backend, device)
+        reason = None if checked else precheck(case, backend, device)
+        if reason is not None:
+            outcome = Outcome.unsupported(reason)
+        else:
+            with clock:
+                outcome = scenarios.run(case, backend, device)
     except InputError:
         raise
     except Unsupported as e:   # the kernel's API refused the input at call time: quote it
@@ -51,6 +83,7 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
         outcome = Outcome.raised(e.phase, e.error)
     except Exception as e:   # raised outside any phase: scenario glue, which is the harness's
         outcome = Outcome.raised("scenario", e)
+    outcome.phase_ms = clock.ms
     return result_row(case, backend, backend_spec, device, outcome, time.perf_counter() - started).to_json()
 
 
@@ -59,6 +92,8 @@ class RunSummary:
     rows: list = field(default_factory=list)        # rows written by this invocation
     previous: list = field(default_factory=list)    # rows kept from the resumed file, for the cases asked for
     seconds: float = 0.0
+    io_seconds: float = 0.0                          # writing rows to the results file
+    workers: int = 0                                 # the most worker processes any backend ran in
     selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
 
     @property
@@ -104,7 +139,9 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     def record(row: dict):
         nonlocal not_passed
         row.update(row_extra or {})
+        t0 = time.perf_counter()
         writer.write(row)
+        summary.io_seconds += time.perf_counter() - t0
         summary.rows.append(row)
         not_passed += gates(row["status"])
         bar.set_postfix_str(f"not passed {not_passed}", refresh=False)
@@ -113,6 +150,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     def lost_row(case, status: str, reason: str) -> dict:
         return result_row(case, backend, backend_spec, device, Outcome.lost(Status(status), reason)).to_json()
 
+    available, measured = resources.available_bytes(device)   # once: a verdict must not depend on the moment
     runnable = []
     for case in todo:
         try:
@@ -121,16 +159,21 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
             e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
             record(result_row(case, backend, backend_spec, device, Outcome.raised(KERNEL, e)).to_json())
             continue
+        reason = reason or resources.too_large_reason(case, device, available, measured=measured)
         if reason is not None:
             record(result_row(case, backend, backend_spec, device, Outcome.unsupported(reason)).to_json())
         else:
             runnable.append(case)
+    summary.workers = max(summary.workers, workers)
     if workers:
-        isolation.run_isolated(runnable, backend_spec, device, record, lost_row, run_case,
-                               workers=workers, timeout_s=timeout_s)
+        budget = resources.shared_budget(device, available, workers)
+        isolation.run_isolated(runnable, backend_spec, device, record, lost_row, run_checked_case,
+                               workers=workers, timeout_s=timeout_s,
+                               memory=isolation.MemoryGate(resources.peak_bytes, budget))
     else:
         for case in runnable:
-            record(run_case(case, backend, backend_spec, device))
+            record(run_checked_case(case, backend, backend_spec, device))
     bar.close()
     summary.seconds += time.perf_counter() - started
     return summary
+

@@ -61,6 +61,7 @@ def print_summary(summary, results_path, out=None, max_messages=20):
     unsupported = Counter(r.get("reason") for r in rows if r["status"] == Status.UNSUPPORTED)
     for reason, n in unsupported.most_common(5):
         print(f"unsupported ({n}): {reason}", file=out)
+    print(time_line(summary), file=out)
     kept = f", {len(summary.previous)} kept from the resumed file" if summary.previous else ""
     print(f"{len(summary.rows)} case(s) run in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} cases/s)"
           f"{kept}; results: {results_path}", file=out)
@@ -68,3 +69,23 @@ def print_summary(summary, results_path, out=None, max_messages=20):
     if verdict.name == "NOTHING VERIFIED":
         print("no case was verified against a kernel: every case was unsupported here (reasons above)", file=out)
     print(f"verdict: {verdict.name} (exit {verdict.exit_code})", file=out)
+
+
+PHASES = ("inputs", "kernel", "oracle", "compare")
+
+
+def time_breakdown(rows) -> dict:
+    """Seconds per phase summed over rows (workers run in parallel: the sum can pass the wall time)."""
+    totals = dict.fromkeys(PHASES, 0.0)
+    for r in rows:
+        for name, ms in (r.get("phase_ms") or {}).items():
+            totals[name] = totals.get(name, 0.0) + ms / 1e3
+    return totals
+
+
+def time_line(summary) -> str:
+    """Where the time went: each phase summed over this invocation's cases, and writing the rows."""
+    phases = ", ".join(f"{name} {sec:.2f} s" for name, sec in time_breakdown(summary.rows).items())
+    where = f"{summary.workers} worker process(es)" if summary.workers else "this process"
+    return (f"time: {summary.seconds:.1f} s wall in {where}; summed over cases: {phases}; "
+            f"writing rows {summary.io_seconds:.2f} s")

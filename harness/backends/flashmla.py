@@ -19,20 +19,13 @@ with K's scale, ``descale_q = descale_k = k_scale`` of shape (1,).
 """
 
 import importlib
-import importlib.metadata
 
 import torch
 
 from .base import Backend, Capabilities
+from .optional import dist_version
 
 PAGE_SIZE = 64
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def fp8_kwargs(descale_q, descale_k) -> dict:
@@ -150,7 +143,7 @@ class FlashMLABackend(Backend):
     def info(self):
         if self.api is None:
             return {"package": None, "version": None, "api": None}
-        return {"package": self.api.package, "version": _version(self.api.dist), "api": self.api.form}
+        return {"package": self.api.package, "version": dist_version(self.api.dist), "api": self.api.form}
 
     # ---- the call, as SGLang makes it -------------------------------------------------
     def metadata_for(self, inputs):

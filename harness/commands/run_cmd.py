@@ -10,7 +10,7 @@ from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
 from ..errors import InputError
 from ..results import ResultsWriter, read_rows
-from ..runner import RunSummary, default_device, run_cases
+from ..runner import MAX_GPU_WORKERS, RunSummary, default_device, default_workers, run_cases
 from ..status import Status
 from ..summary import print_summary
 
@@ -33,9 +33,9 @@ def add_parser(sub):
                    "are kept, the rest run (again); the verdict covers every kept and new row")
     p.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML file: one testcase per case and backend")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--workers", type=int, default=1,
-                   help="worker processes that run the kernel (default 1); 0 runs in this process, "
-                        "without crash isolation")
+    p.add_argument("--workers", type=int,
+                   help="worker processes that run the kernel (default: on CUDA half the CPU cores, at most "
+                        f"{MAX_GPU_WORKERS}; on the CPU 1); 0 runs in this process, without crash isolation")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -75,6 +75,8 @@ def main(args) -> int:
         import torch
         if not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA device is available here")
+    if args.workers is None:
+        args.workers = default_workers(device)
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
     if not args.timeout > 0:

@@ -1,0 +1,85 @@
+"""A result must not depend on how the cases were run: one at a time in this process, or spread over
+worker processes that take cases in whatever order they free up (and, on a GPU, share the device).
+
+Both runs use fresh random suite seeds and a backend that fails some cases, so failing rows (their
+messages, metrics and drill-down summaries) are compared as well as passing ones.
+"""
+
+import random
+
+import pytest
+
+from harness.backend_loader import load_backend
+from harness.cases import parse_suite
+from harness.results import ResultsWriter, read_rows
+from harness.runner import run_cases
+
+SUITE = """
+[suite]
+seed = {seed}
+
+[defaults]
+batch_size = [1, 3]
+seqlen = "uniform:0:150"
+
+[[group]]
+name = "decode"
+mode = "decode"
+heads = [16, 128]
+dtype = ["bf16", "fp8_e4m3"]
+
+[[group]]
+name = "verify"
+mode = "verify"
+heads = 16
+draft_tokens = [2, 4]
+causal = [true, false]
+"""
+
+# what differs between two runs of the same case by design: how long it took
+TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms")
+
+
+def suite_cases(tmp_path, seed):
+    import tomllib
+    path = tmp_path / "mixed.toml"
+    path.write_text(SUITE.format(seed=seed))
+    return parse_suite(tomllib.loads(path.read_text()), path).cases
+
+
+def run(tmp_path, name, cases, spec, workers):
+    path = tmp_path / f"{name}.jsonl"
+    with ResultsWriter(path) as writer:
+        run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=workers)
+    rows = {r["case_id"]: {k: v for k, v in r.items() if k not in TIMINGS} for r in read_rows(path)}
+    assert len(rows) == len(cases)
+    return rows
+
+
+@pytest.mark.parametrize("spec", ["torch", "mutant:read_past_seqlen"])
+def test_rows_do_not_depend_on_workers_or_order(tmp_path, spec):
+    cases = suite_cases(tmp_path, random.SystemRandom().randrange(1 << 30))
+    one_at_a_time = run(tmp_path, "serial", cases, spec, workers=0)
+    spread = run(tmp_path, "spread", cases[::-1], spec, workers=3)
+    statuses = {r["status"] for r in one_at_a_time.values()}
+    if spec.startswith("mutant"):
+        assert "fail" in statuses, "the mutant must fail some case, or failing rows go unchecked"
+    for case_id, row in one_at_a_time.items():
+        assert spread[case_id] == row, case_id
+
+
+def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_those_in_flight():
+    from harness.isolation import MemoryGate
+    gate = MemoryGate(cost=lambda case: case, budget=10)
+    assert gate.pick([9, 1], in_flight=0) == 0          # alone, anything starts (its own fit was prechecked)
+    assert gate.pick([9, 1], in_flight=2) == 1          # 9 waits; the small one behind it goes
+    assert gate.pick([9, 12], in_flight=2) is None      # nothing fits: wait for a worker to finish
+    assert MemoryGate().pick([9], in_flight=5) == 0     # no gate: first come
+
+
+def test_rows_say_where_the_time_went(tmp_path):
+    rows = run(tmp_path, "phases", suite_cases(tmp_path, 1)[:2], "torch", workers=0)
+    assert rows   # timings were dropped from these; read them from the file
+    for row in read_rows(tmp_path / "phases.jsonl"):
+        assert set(row["phase_ms"]) == {"inputs", "kernel", "oracle", "compare"}
+        assert all(ms > 0 for ms in row["phase_ms"].values())
