@@ -8,6 +8,7 @@ names where it broke and by how much.
 """
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -67,60 +68,121 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+@dataclass
+class Pair:
+    """One comparison to make: a kernel's tensor against the oracle's, and the dtype the engine needs."""
+
+    actual: torch.Tensor
+    expected: torch.Tensor
+    expected_dtype: torch.dtype | None = None
+    actual_dtype: torch.dtype | None = None     # the kernel's dtype when ``actual`` was converted (a base-2 LSE)
+
+
 def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound,
                  expected_dtype: torch.dtype | None = None, actual_dtype: torch.dtype | None = None) -> TensorCheck:
-    """Check one tensor against the oracle's; both are read as float64 on the same device.
+    """Check one tensor against the oracle's; both are read as float64 on the expected's device.
 
     With ``expected_dtype``, a kernel output of another dtype fails the ``dtype``
     check even when its values are right: the engine that consumes it would break.
-    ``actual_dtype`` is the kernel's dtype when ``actual`` was converted (a base-2 LSE).
     """
-    res = _check_values(name, actual, expected, bound)
-    if expected_dtype is not None:
-        actual_dtype = actual.dtype if actual_dtype is None else actual_dtype
-        res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(expected_dtype)
-        if actual_dtype != expected_dtype:
-            res.failures.insert(0, Kind.DTYPE.value)
-            res.passed = False
-    return res
+    return check_tensors(name, [Pair(actual, expected, expected_dtype, actual_dtype)], bound)[0]
 
 
-def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound: Bound) -> TensorCheck:
-    if tuple(actual.shape) != tuple(expected.shape):
-        return TensorCheck(name, tuple(expected.shape), False, [Kind.SHAPE.value],
-                           bound={"expected_shape": list(expected.shape), "actual_shape": list(actual.shape)})
-    a = actual.to(expected.device).double()
-    e = expected.double()
-    shape = tuple(e.shape)
-    res = TensorCheck(name, shape, True, bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
+def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
+    """``check_tensor`` for many pairs at once (one per case of a chunk), in one device-to-host transfer."""
+    results = _check_values(name, [(p.actual, p.expected) for p in pairs], bound)
+    for res, p in zip(results, pairs):
+        if p.expected_dtype is not None:
+            actual_dtype = p.actual.dtype if p.actual_dtype is None else p.actual_dtype
+            res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(p.expected_dtype)
+            if actual_dtype != p.expected_dtype:
+                res.failures.insert(0, Kind.DTYPE.value)
+                res.passed = False
+    return results
+
+
+SEGMENT_ALIGN = 64    # elements: each pair's slice starts 512-byte aligned, as a tensor of its own does
+
+
+def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
+    """The value checks of every pair, computed on all of them concatenated.
+
+    A pair's numbers never depend on the others beside it: maxima, minima and counts are exact in
+    any order, and each of the four sums is taken over the pair's own aligned slice, as a tensor
+    of its own would be summed.  So a case checked in a chunk gets the bits it gets alone.
+    """
+    results = [None] * len(pairs)
+    todo = []
+    for i, (actual, expected) in enumerate(pairs):
+        shape = tuple(expected.shape)
+        if tuple(actual.shape) != shape:
+            results[i] = TensorCheck(name, shape, False, [Kind.SHAPE.value],
+                                     bound={"expected_shape": list(shape), "actual_shape": list(actual.shape)})
+        else:
+            results[i] = TensorCheck(name, shape, True,
+                                     bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
+            if expected.numel():
+                todo.append(i)
+    if not todo:
+        return results
+    device = pairs[todo[0]][1].device
+    sizes = [pairs[i][1].numel() for i in todo]
+    padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
+    zeros = torch.zeros(max(p - n for p, n in zip(padded, sizes)), dtype=torch.float64, device=device)
+    a = torch.cat([t for i, n, p in zip(todo, sizes, padded)
+                   for t in (pairs[i][0].reshape(-1).to(device, torch.float64), zeros[:p - n])])
+    e = torch.cat([t for i, n, p in zip(todo, sizes, padded)
+                   for t in (pairs[i][1].reshape(-1).double(), zeros[:p - n])])
+    lengths = torch.tensor(padded, device=device)
+    starts = torch.cumsum(lengths, 0) - lengths
+    segment = torch.repeat_interleave(torch.arange(len(todo), device=device), lengths, output_size=sum(padded))
+    index = (torch.arange(len(a), device=device) - starts[segment]).double()      # position in its own tensor
 
     same_nan = torch.isnan(a) == torch.isnan(e)
     same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
-    mismatch = (~(same_nan & same_inf)).flatten()
+    mismatch = ~(same_nan & same_inf)
     finite = torch.isfinite(a) & torch.isfinite(e)
-    af = torch.where(finite, a, torch.zeros_like(a)).flatten()
-    ef = torch.where(finite, e, torch.zeros_like(e)).flatten()
+    af = torch.where(finite, a, 0.0)
+    ef = torch.where(finite, e, 0.0)
     err = (af - ef).abs()
     ratio = err / (bound.atol + bound.rtol * ef.abs())
-    if not ratio.numel():
-        return res
-    worst = ratio.argmax()
-    # every statistic in one device-to-host transfer: this runs thousands of times per suite
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=device)
+
+    def per(values, reduce):
+        return torch.segment_reduce(values, reduce, lengths=lengths, unsafe=True)
+
+    def first(where):        # the first position (in each tensor) where ``where`` holds; inf if none
+        return per(torch.where(where, index, inf), "min")
+
+    worst_ratio = per(ratio, "max")
+    worst = first(ratio == worst_ratio[segment]).nan_to_num(posinf=0)
+    first_mismatch = first(mismatch)
+    at = lambda pos, t: t[(starts + pos.clamp(max=1e18).long()).clamp(max=len(a) - 1)]   # noqa: E731
+    products = (af * af, ef * ef, af * ef, (af - ef) ** 2)
+    offsets = itertools.accumulate(padded[:-1], initial=0)
+    sums = [torch.stack([x[s:s + p].sum() for x in products]) for s, p in zip(offsets, padded)]
     stats = torch.stack([
-        mismatch.sum().double(), mismatch.double().argmax().double(), worst.double(), ratio[worst],
-        a.flatten()[worst], e.flatten()[worst], err.max(), (err / ef.abs().clamp(min=1e-30)).max(),
-        (ratio > 1).sum().double(), (af * af).sum(), (ef * ef).sum(), (af * ef).sum(), ((af - ef) ** 2).sum(),
-    ]).tolist()
-    n_mismatch, first_mismatch, flat, res.worst_ratio, res.worst_actual, res.worst_expected = stats[:6]
-    res.max_abs_err, res.max_rel_err, violations, aa, ee, ae, dd = stats[6:]
+        per(mismatch.double(), "sum"), first_mismatch.nan_to_num(posinf=-1), worst, worst_ratio,
+        at(worst, a), at(worst, e), per(err, "max"), per(err / ef.abs().clamp(min=1e-30), "max"),
+        per((ratio > 1).double(), "sum"), at(first_mismatch.nan_to_num(posinf=0), a),
+        at(first_mismatch.nan_to_num(posinf=0), e),
+    ], dim=1)
+    rows = torch.cat([stats, torch.stack(sums)], dim=1).tolist()    # the one transfer
+    for i, row in zip(todo, rows):
+        _fill(results[i], row, bound)
+    return results
+
+
+def _fill(res: TensorCheck, row: list, bound: Bound):
+    """A pair's checks from its row of statistics (see ``_check_values``)."""
+    (n_mismatch, first_mismatch, flat, res.worst_ratio, res.worst_actual, res.worst_expected,
+     res.max_abs_err, res.max_rel_err, violations, mismatch_actual, mismatch_expected, aa, ee, ae, dd) = row
     res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
-    res.worst_index = _unravel(int(flat), shape)
+    res.worst_index = _unravel(int(flat), res.shape)
     if res.nonfinite_mismatches:
         res.failures.append(Kind.NONFINITE.value)
-        first = int(first_mismatch)
-        res.first_nonfinite_mismatch = _unravel(first, shape)
-        res.first_nonfinite_actual = float(a.flatten()[first])
-        res.first_nonfinite_expected = float(e.flatten()[first])
+        res.first_nonfinite_mismatch = _unravel(int(first_mismatch), res.shape)
+        res.first_nonfinite_actual, res.first_nonfinite_expected = mismatch_actual, mismatch_expected
     if res.violations:
         res.failures.append(Kind.ELEMENT.value)
     res.cos_diff = cos_diff_from_sums(aa, ee, ae)
@@ -128,7 +190,6 @@ def _check_values(name: str, actual: torch.Tensor, expected: torch.Tensor, bound
     if res.cos_diff > bound.cos_diff:
         res.failures.append(Kind.COSINE.value)
     res.passed = not res.failures
-    return res
 
 
 def missing(name: str, expected: torch.Tensor) -> TensorCheck:

@@ -2,12 +2,13 @@
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .. import diagnostics, oracle
 from ..checks import TENSORS, tensor_check
-from ..compare import check_tensor, describe_failure, expected_lse_for, missing
+from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
 from ..conventions import kernel_view
 from ..inputs import Inputs, generate, torch_dtype
 from ..outcome import Outcome
@@ -52,17 +53,55 @@ def expected_out_dtype(inputs: Inputs, capabilities) -> torch.dtype:
 
 def compare_with(backend, inputs, out, lse, exp_out, exp_lse, tol: Tolerance):
     """out and LSE against expected values, under the backend's conventions (LSE base, empty rows, dtypes)."""
+    pairs, exp_lse = pairs_for(backend, inputs, out, lse, exp_out, exp_lse)
+    bounds = {"out": tol.out, "lse": tol.lse}
+    checks = {name: check_tensors(name, [p], bounds[name])[0] if isinstance(p, Pair) else p
+              for name, p in pairs.items()}
+    return checks["out"], checks["lse"], exp_lse
+
+
+def pairs_for(backend, inputs, out, lse, exp_out, exp_lse):
+    """What to compare for out and LSE, by name: a ``Pair``, a failed check (no LSE), or None (none
+    expected); and the expected LSE under the backend's empty-row convention."""
     caps = backend.capabilities
     exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
-    out_check = check_tensor("out", out, exp_out, tol.out, expected_out_dtype(inputs, caps))
+    pairs = {"out": Pair(out, exp_out, expected_out_dtype(inputs, caps))}
     # LSE's values are read in base e; its dtype is checked as the kernel returned it.  A kernel
     # without an LSE (declared has_lse=False) gets no LSE check, which is recorded, never a pass.
     if lse is None:
-        lse_check = None if not caps.has_lse else missing("lse", exp_lse)
+        pairs["lse"] = None if not caps.has_lse else missing("lse", exp_lse)
     else:
-        lse_check = check_tensor("lse", lse_base_e(lse, caps), exp_lse, tol.lse, torch_dtype(caps.lse_dtype),
-                                 actual_dtype=lse.dtype)
-    return out_check, lse_check, exp_lse
+        pairs["lse"] = Pair(lse_base_e(lse, caps), exp_lse, torch_dtype(caps.lse_dtype), actual_dtype=lse.dtype)
+    return pairs, exp_lse
+
+
+@dataclass
+class Answer:
+    """One kernel call's answer and the oracle's, waiting for its comparison (``verdicts``)."""
+
+    case: object
+    backend: object
+    inputs: Inputs
+    out: torch.Tensor
+    lse: torch.Tensor | None
+    expected: tuple                      # the oracle's (out, lse) on exactly the kernel's inputs
+    end_to_end: tuple | None             # fp8: the oracle's (out, lse) on the unquantised inputs
+    kernel_ms: float | None = None
+    extra_failures: tuple = ()           # a scenario's own checks (determinism, padding, ...)
+    extra_metrics: dict | None = None
+    extra_messages: tuple = ()
+    oracle_ms: float = 0.0
+
+
+def expect(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
+           extra_messages=()) -> Answer:
+    """Run the oracle for one kernel call (after the kernel: memory the oracle reuses cannot hide a bug)."""
+    t0 = time.perf_counter()
+    with phase("oracle"):
+        expected = oracle.expected(kernel_view(inputs, backend.capabilities))   # what the kernel computes with
+        e2e = oracle.expected_model_precision(inputs) if inputs.is_fp8 and inputs.q_model is not None else None
+    return Answer(case, backend, inputs, out, lse, expected, e2e, kernel_ms, tuple(extra_failures), extra_metrics,
+                  tuple(extra_messages), (time.perf_counter() - t0) * 1e3)
 
 
 def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
@@ -72,54 +111,97 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
     ``extra_*`` carry a scenario's own checks (determinism, padding, ...), which gate like the
     comparison does.
     """
+    return verdicts([expect(case, backend, inputs, out, lse, kernel_ms, extra_failures, extra_metrics,
+                            extra_messages)])[0]
+
+
+def verdicts(answers: list[Answer]) -> list[Outcome]:
+    """Compare many answers with their oracles at once (one device-to-host transfer) and build their outcomes.
+
+    Each answer's numbers are those it gets alone (``compare.check_tensors``).
+    """
     t0 = time.perf_counter()
-    with phase("oracle"):
-        exp_out, exp_lse = oracle.expected(kernel_view(inputs, backend.capabilities))   # what the kernel computes with
-        e2e = oracle.expected_model_precision(inputs) if inputs.is_fp8 and inputs.q_model is not None else None
-    tol = TOLERANCES[case.dtype]
     with phase("compare"):
-        out_check, lse_check, exp_lse = compare_with(backend, inputs, out, lse, exp_out, exp_lse, tol)
-        results = [out_check, lse_check]
-        if e2e is not None:
-            # The end-to-end error (against unquantised inputs) includes the engine's quantisation of q
-            # and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
-            o, l, _ = compare_with(backend, inputs, out, lse, *e2e, tol.end_to_end)
-            for check, tensor in zip((o, l), (t for t in TENSORS if not t.gating)):
-                if check is not None:
-                    check.name = tensor.name
-            results += [o, l]
-        results = [c for c in results if c is not None]
-        gating = {t.name for t in TENSORS if t.gating}
-        failed = [c for c in results if not c.passed and c.name in gating]
-        # no LSE from the kernel: the LSE panels compare the oracle with itself (all zero error)
-        diag = (diagnostics.summarize(inputs, out, exp_lse if lse is None else lse_base_e(lse, backend.capabilities),
-                                      exp_out, exp_lse, tol) if failed else None)
-        sync(inputs.device)
+        checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
+        batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
+        exp_lses = []
+        for i, a in enumerate(answers):
+            tol = TOLERANCES[a.case.dtype]
+            pairs, exp_lse = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.expected)
+            exp_lses.append(exp_lse)
+            bounds = {"out": tol.out, "lse": tol.lse}
+            if a.end_to_end is not None:
+                # The end-to-end error (against unquantised inputs) includes the engine's quantisation of
+                # q and KV, which no kernel can undo: it is recorded beside the kernel's error, not gated on.
+                e2e, _ = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.end_to_end)
+                for (name, pair), tensor in zip(e2e.items(), (t for t in TENSORS if not t.gating)):
+                    pairs[tensor.name] = pair
+                    bounds[tensor.name] = getattr(tol.end_to_end, name)
+            for name, pair in pairs.items():
+                if isinstance(pair, Pair):
+                    batches.setdefault((name, bounds[name]), []).append((i, pair))
+                elif pair is not None:
+                    pair.name = name
+                    checks[i][name] = pair
+        for (name, bound), items in batches.items():
+            for (i, _), check in zip(items, check_tensors(name, [p for _, p in items], bound)):
+                checks[i][name] = check
+        samples = out_samples(answers)
+        outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
+                             exp_lses[i], samples[i]) for i, a in enumerate(answers)]
+        sync(answers[0].inputs.device if answers else "cpu")
+    share = (time.perf_counter() - t0) * 1e3 / max(len(answers), 1)
+    for a, o in zip(answers, outcomes):
+        o.reference_ms = a.oracle_ms + share
+    return outcomes
+
+
+def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
+    gating = {t.name for t in TENSORS if t.gating}
+    failed = [c for c in results if not c.passed and c.name in gating]
+    exp_out = a.expected[0]
+    # no LSE from the kernel: the LSE panels compare the oracle with itself (all zero error)
+    diag = (diagnostics.summarize(a.inputs, a.out, exp_lse if a.lse is None else lse_base_e(a.lse, a.backend.capabilities),
+                                  exp_out, exp_lse, TOLERANCES[a.case.dtype]) if failed else None)
+    inputs = a.inputs
     return Outcome.judged(
-        [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(extra_failures)),
-        metrics={**{c.name: c.to_dict() for c in results}, **(extra_metrics or {}),
-                 "out_sample": out_sample(case.seed, out)},
-        messages=[describe_failure(case.id, c) for c in failed] + list(extra_messages),
-        warnings=[describe_failure(case.id, c) for c in results if not c.passed and c.name not in gating],
+        [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(a.extra_failures)),
+        metrics={**{c.name: c.to_dict() for c in results}, **(a.extra_metrics or {}), "out_sample": sample},
+        messages=[describe_failure(a.case.id, c) for c in failed] + list(a.extra_messages),
+        warnings=[describe_failure(a.case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,
-        details={"seq_lens": inputs.seq_lens.cpu().tolist(), "cache_seqlens": inputs.cache_seqlens.cpu().tolist(),
+        details={"seq_lens": inputs.seq_lens.tolist(), "cache_seqlens": inputs.cache_seqlens.tolist(),
                  "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0]),
-                 **({"lse_produced": False} if lse is None else {})},
-        kernel_ms=kernel_ms, reference_ms=(time.perf_counter() - t0) * 1e3)
+                 **({"lse_produced": False} if a.lse is None else {})},
+        kernel_ms=a.kernel_ms)
 
 
 SAMPLE_SIZE = 64
 
 
-def out_sample(seed: int, out: torch.Tensor) -> dict:
-    """The kernel's out at ``SAMPLE_SIZE`` positions drawn from the case's seed: the same positions on every
+def sample_positions(seed: int, n: int) -> torch.Tensor:
+    """``SAMPLE_SIZE`` positions of an out of ``n`` elements, drawn from the case's seed: the same on every
     backend, so the report can set kernels against each other without storing whole tensors."""
-    n = out.numel()
-    if not n:
-        return {"positions": [], "values": []}
-    positions = torch.randint(0, n, (min(SAMPLE_SIZE, n),), generator=torch.Generator().manual_seed(seed))
-    values = out.reshape(-1)[positions.to(out.device)].double().cpu().tolist()
-    return {"positions": positions.tolist(), "values": values}
+    return torch.randint(0, n, (min(SAMPLE_SIZE, n),), generator=torch.Generator().manual_seed(seed))
+
+
+def out_sample(seed: int, out: torch.Tensor) -> dict:
+    """The kernel's out at the case's sample positions."""
+    return out_samples([(seed, out)])[0]
+
+
+def out_samples(answers) -> list[dict]:
+    """``out_sample`` of many answers (``Answer``s or ``(seed, out)`` pairs) in one device-to-host transfer."""
+    taken = [(a.case.seed, a.out) if isinstance(a, Answer) else a for a in answers]
+    positions = [sample_positions(seed, out.numel()) if out.numel() else torch.zeros(0, dtype=torch.long)
+                 for seed, out in taken]
+    gathered = [out.reshape(-1)[p.to(out.device)].double() for (_, out), p in zip(taken, positions)]
+    values = torch.cat([g.to(gathered[0].device) for g in gathered]).tolist() if gathered else []
+    samples, at = [], 0
+    for p in positions:
+        samples.append({"positions": p.tolist(), "values": values[at:at + len(p)]})
+        at += len(p)
+    return samples
 
 
 def bitwise_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
