@@ -1,12 +1,15 @@
 """Crash isolation: kernels run in worker processes, the parent keeps the results.
 
 An illegal memory access, an abort or a hang in one case must not end the
-suite.  Each worker loads the backend once and runs cases sent over a pipe; the
-parent writes every row as it arrives.  A worker that dies is recorded as
-``crash`` for its case, one that overruns the timeout is killed and recorded
-as ``timeout``, and a fresh worker carries on.  A CUDA error is sticky (the
-context is unusable afterwards), so a worker that hits one reports the case as
-``crash`` and exits to be replaced.
+suite.  Each worker loads the backend once and runs chunks of cases sent over a
+pipe (``chunk.run_chunk``); the parent writes every row as it arrives.  Before
+each case the worker posts the case's index in a shared counter, so when a
+worker dies the parent knows which case it was in: that case is recorded as
+``crash`` (or ``timeout``, for one that overran and was killed), and the rest of
+the chunk, whose rows died with the worker, runs again in a fresh one.  A crash
+costs one case; a row that reached the parent is never lost.  A CUDA error is
+sticky (the context is unusable afterwards), so a worker that hits one reports
+the case as ``crash`` and exits to be replaced.
 """
 
 import multiprocessing as mp
@@ -15,14 +18,23 @@ import time
 from multiprocessing.connection import wait
 
 from .checks import CRASH
+from .chunk import ContextLost
 from .errors import InputError
 from .status import Status
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
+COMPARING = "comparing"   # what a worker that died after its chunk's last kernel was doing
 
 
-def _worker_main(conn, backend_spec, device, threads, run_case):
+def _context_lost(device):
+    def lost(row) -> bool:
+        return (device == "cuda" and row["status"] in (Status.ERROR, Status.HARNESS_ERROR)
+                and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
+    return lost
+
+
+def _worker_main(conn, progress, backend_spec, device, threads, run_chunk):
     from .backend_loader import load_backend
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     import torch
@@ -35,43 +47,61 @@ def _worker_main(conn, backend_spec, device, threads, run_case):
         conn.send(("bad_input", str(e)))
         return
     conn.send(("ready", None))
+
+    def on_start(i):
+        progress.value = i
+
     while True:
         job = conn.recv()
         if job is None:
             return
-        case, release_memory = job
+        cases, release_memory = job
         try:
-            row = run_case(case, backend, backend_spec, device)
+            rows = run_chunk(cases, backend, backend_spec, device, on_start=on_start,
+                             context_lost=_context_lost(device))
             if release_memory and device == "cuda":
-                torch.cuda.empty_cache()      # hand a large case's memory back for the other workers
+                torch.cuda.empty_cache()      # hand a large chunk's memory back for the other workers
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
-        sticky = (device == "cuda" and row["status"] in (Status.ERROR, Status.HARNESS_ERROR)
-                  and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
-        if sticky:
-            row = {**row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {row['reason']}",
+        except ContextLost as lost:
+            row = {**lost.row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {lost.row['reason']}",
                    "failed_checks": [CRASH]}
-        conn.send(("row", row))
-        if sticky:
+            conn.send(("lost", (lost.index, row)))
             return
+        conn.send(("rows", rows))
 
 
 class Worker:
-    def __init__(self, ctx, backend_spec, device, threads, run_case):
+    def __init__(self, ctx, backend_spec, device, threads, run_chunk, startup_timeout_s):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, backend_spec, device, threads, run_case),
-                                daemon=True)
+        self.progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see run_chunk's on_start)
+        self.proc = ctx.Process(target=_worker_main, daemon=True,
+                                args=(child, self.progress, backend_spec, device, threads, run_chunk))
         self.proc.start()
         child.close()
-        self.case = None
-        self.deadline = None
+        self.chunk = None
+        self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
+        self.deadline = time.monotonic() + startup_timeout_s
         self.ready = False
-        self.holds = 0            # the estimated bytes of the case in flight
+        self.holds = 0              # the estimated bytes of the chunk in flight
 
-    def send(self, case, timeout_s, holds: int):
-        self.case, self.deadline, self.holds = case, time.monotonic() + timeout_s, holds
-        self.conn.send((case, holds > MemoryGate.RELEASE_BYTES))
+    def send(self, chunk, holds: int):
+        self.progress.value = -1
+        self.chunk, self.seen, self.deadline, self.holds = chunk, -1, None, holds
+        self.conn.send((chunk, holds > MemoryGate.RELEASE_BYTES))
+
+    def watch(self, timeout_s: float, now: float):
+        """Restart the deadline whenever the worker moves on to another case."""
+        if self.chunk is not None and self.progress.value != self.seen:
+            self.seen, self.deadline = self.progress.value, now + timeout_s
+
+    def in_hand(self):
+        """The case the worker is on (None while comparing), and the chunk's other cases, not yet recorded."""
+        i = self.progress.value
+        if not 0 <= i < len(self.chunk):
+            return None, list(self.chunk)
+        return self.chunk[i], self.chunk[:i] + self.chunk[i + 1:]
 
     def stop(self, kill=False):
         if kill:
@@ -98,63 +128,70 @@ def _death_reason(proc) -> str:
 
 
 class MemoryGate:
-    """Admits a case to a worker only while the cases in flight fit the device together.
+    """Admits a chunk to a worker only while the chunks in flight fit the device together.
 
-    ``cost(case)`` estimates a case's peak bytes; ``budget`` is what all workers may hold at once.
-    A case that fits nothing runs alone (its own fit was checked before the run).  A worker that
-    ran a case over ``RELEASE_BYTES`` empties its allocator's cache afterwards.
+    ``cost(chunk)`` estimates a chunk's peak bytes; ``budget`` is what all workers may hold at once.
+    A chunk that fits nothing runs alone (its cases' fit was checked before the run).  A worker that
+    ran a chunk over ``RELEASE_BYTES`` empties its allocator's cache afterwards.
     """
 
     RELEASE_BYTES = 1 << 30
-    LOOKAHEAD = 64            # cases scanned for one that fits, past a large one that must wait
+    LOOKAHEAD = 64            # chunks scanned for one that fits, past a large one that must wait
 
     def __init__(self, cost=None, budget: int = 0):
         self.cost, self.budget = cost, budget
 
     def pick(self, todo: list, in_flight: int) -> int | None:
-        """The index in ``todo`` of the next case to start, or None to wait for memory."""
+        """The index in ``todo`` of the next chunk to start, or None to wait for memory."""
         if self.cost is None or not in_flight:
             return 0
-        for i, case in enumerate(todo[:self.LOOKAHEAD]):
-            if in_flight + self.cost(case) <= self.budget:
+        for i, chunk in enumerate(todo[:self.LOOKAHEAD]):
+            if in_flight + self.cost(chunk) <= self.budget:
                 return i
         return None
 
 
-def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, workers=1, timeout_s=300.0,
+def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0, memory: MemoryGate | None = None):
-    """Run ``cases`` in ``workers`` processes; ``on_row(row)`` gets every row, in completion order.
+    """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
-    ``run_case(case, backend, spec, device)`` runs one case in a worker (a module-level function, so
-    it pickles by name); ``crash_row(case, status, reason)`` builds the row of a case whose worker
-    died or hung.
+    ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
+    module-level function, so it pickles by name); ``crash_row(case, status, reason)`` builds the
+    row of a case whose worker died or hung.  ``timeout_s`` bounds each case, not each chunk.
     """
     ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
     memory = memory or MemoryGate()
-    todo = list(cases)
-    import torch
-    threads = torch.get_num_threads()
-    pool = [Worker(ctx, backend_spec, device, threads, run_case) for _ in range(min(workers, len(todo)) or 0)]
-    for w in pool:
-        w.deadline = time.monotonic() + startup_timeout_s
+    todo = [list(c) for c in chunks if c]
+    threads = _parent_threads()
+
+    def start_worker():
+        return Worker(ctx, backend_spec, device, threads, run_chunk, startup_timeout_s)
+
+    def requeue(cases):
+        """Cases whose rows died with a worker run again, one per chunk: should one of them be
+        what killed it while comparing, it is found on its own."""
+        todo[:0] = [[c] for c in cases]
+
+    pool = [start_worker() for _ in range(min(workers, len(todo)))]
     try:
         while pool:
             for w in list(pool):
-                if w.ready and w.case is None:
+                if w.ready and w.chunk is None:
                     if not todo:
                         w.stop()
                         pool.remove(w)
                         continue
-                    i = memory.pick(todo, sum(other.holds for other in pool if other.case is not None))
+                    i = memory.pick(todo, sum(other.holds for other in pool if other.chunk is not None))
                     if i is not None:
-                        case = todo.pop(i)
-                        w.send(case, timeout_s, memory.cost(case) if memory.cost else 0)
+                        chunk = todo.pop(i)
+                        w.send(chunk, memory.cost(chunk) if memory.cost else 0)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
             now = time.monotonic()
             for w in list(pool):
-                replace = False
+                w.watch(timeout_s, now)
+                lost = None        # (status, reason) of a worker that has to go
                 if w.conn in ready:
                     try:
                         kind, payload = w.conn.recv()
@@ -162,38 +199,50 @@ def run_isolated(cases, backend_spec, device, on_row, crash_row, run_case, worke
                         kind, payload = "died", None
                     if kind == "ready":
                         w.ready, w.deadline = True, None
-                    elif kind == "row":
-                        on_row(payload)
-                        w.case, w.holds = None, 0
-                        replace = payload["status"] == Status.CRASH
+                    elif kind == "rows":
+                        for row in payload:
+                            on_row(row)
+                        w.chunk, w.holds, w.deadline = None, 0, None
+                    elif kind == "lost":           # a sticky CUDA error: that case crashed, the rest run again
+                        index, row = payload
+                        on_row(row)
+                        requeue(w.chunk[:index] + w.chunk[index + 1:])
+                        w.chunk = None
+                        lost = (None, None)
                     elif kind == "bad_input":
                         raise InputError(payload)
                     if kind == "died":
-                        replace = True
-                        if w.case is not None:
-                            w.proc.join(timeout=5)
-                            on_row(crash_row(w.case, Status.CRASH, _death_reason(w.proc)))
+                        w.proc.join(timeout=5)
+                        lost = (Status.CRASH, _death_reason(w.proc))
                 elif w.proc.sentinel in ready and not w.proc.is_alive():
-                    replace = True
-                    if w.case is not None:
-                        on_row(crash_row(w.case, Status.CRASH, _death_reason(w.proc)))
-                    elif not w.ready:
+                    if not w.ready:
                         raise InputError(f"backend '{backend_spec}': worker failed to start "
                                          f"({_death_reason(w.proc)})")
+                    lost = (Status.CRASH, _death_reason(w.proc))
                 elif w.deadline is not None and now > w.deadline:
-                    replace = True
-                    if w.case is not None:
-                        on_row(crash_row(w.case, Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed"))
-                    else:
+                    if not w.ready:
                         raise InputError(f"backend '{backend_spec}': worker did not start within "
                                          f"{startup_timeout_s:g} s")
-                if replace:
-                    w.stop(kill=True)
-                    pool.remove(w)
-                    if todo:
-                        fresh = Worker(ctx, backend_spec, device, threads, run_case)
-                        fresh.deadline = time.monotonic() + startup_timeout_s
-                        pool.append(fresh)
+                    lost = (Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
+                if lost is None:
+                    continue
+                status, reason = lost
+                if w.chunk is not None:
+                    case, others = w.in_hand()
+                    if case is None and len(others) == 1:       # died comparing a chunk of one: that case
+                        case, others, reason = others[0], [], f"{reason} while {COMPARING}"
+                    if case is not None:
+                        on_row(crash_row(case, status, reason))
+                    requeue(others)
+                w.stop(kill=True)
+                pool.remove(w)
+                if todo:
+                    pool.append(start_worker())
     finally:
         for w in pool:
             w.stop(kill=True)
+
+
+def _parent_threads() -> int:
+    import torch
+    return torch.get_num_threads()

@@ -2,23 +2,23 @@
 
 Per case: ask the backend whether it supports the case; build the inputs; check
 the block table (no kernel ever sees an invalid one); run the kernel *before*
-the oracle, so memory the oracle reuses cannot hide a bug; compare; append the
-row to the results file.  What is done with a case's inputs is its scenario
+the oracle, so memory the oracle reuses cannot hide a bug; compare, together with
+the other cases of its chunk (``chunk.py``); append the rows to the results file
+as each chunk finishes.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
 import os
-import shlex
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from . import environment, isolation, phases, resources, scenarios
+from . import chunk, isolation, resources
 from .cases import Case
-from .errors import InputError, Unsupported
-from .outcome import BackendIdentity, Outcome, ResultRow
-from .phases import KERNEL, PhaseError
+from .chunk import result_row, run_chunk
+from .outcome import Outcome
+from .phases import KERNEL
 from .results import ResultsWriter
 from .status import Status, gates, verdict_of
 
@@ -39,17 +39,6 @@ def default_workers(device: str) -> int:
     return max(1, min(MAX_GPU_WORKERS, (os.cpu_count() or 2) // 2))
 
 
-def rerun_command(case: Case, backend_spec: str, device: str) -> str:
-    suite = shlex.quote(case.suite_file) if case.suite_file else case.suite
-    return (f"mla-verify run --suite {suite} --backend {shlex.quote(backend_spec)} --device {device} "
-            f"--case {case.id}")
-
-
-def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Outcome, wall_s=None) -> ResultRow:
-    return ResultRow(case, BackendIdentity.of(backend, backend_spec), device, environment.describe(), outcome,
-                     rerun_command(case, backend_spec, device), wall_s)
-
-
 def precheck(case: Case, backend, device: str) -> str | None:
     """Why the case is not run here (the backend refuses it, or it does not fit now), or None."""
     return backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
@@ -57,34 +46,10 @@ def precheck(case: Case, backend, device: str) -> str | None:
 
 def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     """Check and run one case and return its result row.  Bad input raises ``InputError``."""
-    return _run(case, backend, backend_spec, device, checked=False)
-
-
-def run_checked_case(case: Case, backend, backend_spec: str, device: str) -> dict:
-    """``run_case`` for a case ``run_cases`` has prechecked (what a worker runs)."""
-    return _run(case, backend, backend_spec, device, checked=True)
-
-
-def _run(case: Case, backend, backend_spec: str, device: str, checked: bool) -> dict:
-    started = time.perf_counter()
-    clock = phases.PhaseClock()
-    try:
-        reason = None if checked else precheck(case, backend, device)
-        if reason is not None:
-            outcome = Outcome.unsupported(reason)
-        else:
-            with clock:
-                outcome = scenarios.run(case, backend, device)
-    except InputError:
-        raise
-    except Unsupported as e:   # the kernel's API refused the input at call time: quote it
-        outcome = Outcome.unsupported((str(e) or type(e).__name__).splitlines()[0][:500])
-    except PhaseError as e:
-        outcome = Outcome.raised(e.phase, e.error)
-    except Exception as e:   # raised outside any phase: scenario glue, which is the harness's
-        outcome = Outcome.raised("scenario", e)
-    outcome.phase_ms = clock.ms
-    return result_row(case, backend, backend_spec, device, outcome, time.perf_counter() - started).to_json()
+    reason = precheck(case, backend, device)
+    if reason is not None:
+        return result_row(case, backend, backend_spec, device, Outcome.unsupported(reason)).to_json()
+    return run_chunk([case], backend, backend_spec, device)[0]
 
 
 @dataclass
@@ -119,12 +84,13 @@ class RunSummary:
 def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
-              row_extra: dict | None = None) -> RunSummary:
+              row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
     worker processes (``isolation.py``), so a crash or hang costs one case.
-    Cases the backend does not support are recorded here without a worker.
+    Cases the backend does not support are recorded here without a worker.  Up to
+    ``chunk_cases`` cases are compared together (``chunk.py``); 1 runs each case alone.
     """
     from tqdm import tqdm
 
@@ -165,14 +131,16 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         else:
             runnable.append(case)
     summary.workers = max(summary.workers, workers)
+    chunks = chunk.plan(runnable, max_cases=chunk_cases)
     if workers:
         budget = resources.shared_budget(device, available, workers)
-        isolation.run_isolated(runnable, backend_spec, device, record, lost_row, run_checked_case,
+        isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
                                workers=workers, timeout_s=timeout_s,
-                               memory=isolation.MemoryGate(resources.peak_bytes, budget))
+                               memory=isolation.MemoryGate(lambda c: sum(map(resources.peak_bytes, c)), budget))
     else:
-        for case in runnable:
-            record(run_checked_case(case, backend, backend_spec, device))
+        for cases_together in chunks:
+            for row in run_chunk(cases_together, backend, backend_spec, device):
+                record(row)
     bar.close()
     summary.seconds += time.perf_counter() - started
     return summary

@@ -21,7 +21,7 @@ PACKAGES = ("reference", "harness")
 LAYERS = [
     ["harness.cli", "harness.commands"],
     ["harness.report", "harness.selfcheck", "harness.bench", "harness.summary", "harness.junit"],
-    ["harness.runner", "harness.isolation", "harness.backend_loader"],
+    ["harness.runner", "harness.isolation", "harness.chunk", "harness.backend_loader"],
     ["harness.mutants"],
     ["harness.scenarios"],
     ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",

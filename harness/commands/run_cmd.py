@@ -8,6 +8,7 @@ from .. import cases as case_mod
 from .. import junit
 from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
+from ..chunk import CHUNK_CASES
 from ..errors import InputError
 from ..results import ResultsWriter, read_rows
 from ..runner import MAX_GPU_WORKERS, RunSummary, default_device, default_workers, run_cases
@@ -36,6 +37,9 @@ def add_parser(sub):
     p.add_argument("--workers", type=int,
                    help="worker processes that run the kernel (default: on CUDA half the CPU cores, at most "
                         f"{MAX_GPU_WORKERS}; on the CPU 1); 0 runs in this process, without crash isolation")
+    p.add_argument("--chunk", type=int, default=CHUNK_CASES, metavar="N",
+                   help=f"cases compared together, in one transfer (default {CHUNK_CASES}); 1 runs each case "
+                        "alone.  The rows are the same either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -79,6 +83,8 @@ def main(args) -> int:
         args.workers = default_workers(device)
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
+    if args.chunk < 1:
+        raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
     if not args.timeout > 0:
         raise InputError(f"--timeout must be positive, got {args.timeout}")
     if args.resume and args.out and Path(args.out) != Path(args.resume):
@@ -108,7 +114,8 @@ def main(args) -> int:
                   f"backend {backend.name} ({device}); results -> {path}", file=sys.stderr)
             run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
                       progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
-                      timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes})
+                      timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes},
+                      chunk_cases=args.chunk)
     print_summary(summary, path)
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)

@@ -1,9 +1,14 @@
 """``call``: one kernel call, compared with the oracle."""
 
-from ._common import build_inputs, judge, launch
+from ._common import build_inputs, expect, launch, verdicts
+
+
+def start(case, backend, device):
+    """Inputs, the kernel, then the oracle: an answer for ``verdicts``."""
+    inputs = build_inputs(case, device)
+    out, lse, kernel_ms = launch(backend, inputs)
+    return expect(case, backend, inputs, out, lse, kernel_ms)
 
 
 def run(case, backend, device):
-    inputs = build_inputs(case, device)
-    out, lse, kernel_ms = launch(backend, inputs)
-    return judge(case, backend, inputs, out, lse, kernel_ms)
+    return verdicts([start(case, backend, device)])[0]

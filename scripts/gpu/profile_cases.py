@@ -1,4 +1,4 @@
-"""Profile run_case in this process (no isolation) on a slice of a suite: where the host time goes.
+"""Profile chunked runs in this process (no isolation) on the small cases of a suite: where the host time goes.
 
 Usage: python scripts/gpu/profile_cases.py SUITE BACKEND DEVICE [N] > profile.txt
 """
@@ -9,19 +9,18 @@ import time
 
 from harness import cases as case_mod
 from harness.backend_loader import load_backend
-from harness.runner import run_case
+from harness import chunk
 
 suite, spec, device = sys.argv[1:4]
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 400
 cases = case_mod.load_suite(suite).cases
 small = [c for c in cases if "4096" not in c.seqlen][:n]
 backend = load_backend(spec)
-for c in small[:20]:
-    run_case(c, backend, spec, device)
+chunk.run_chunk(small[:20], backend, spec, device)
 profile = cProfile.Profile()
 t0 = time.perf_counter()
 profile.enable()
-rows = [run_case(c, backend, spec, device) for c in small]
+rows = [row for cases in chunk.plan(small) for row in chunk.run_chunk(cases, backend, spec, device)]
 profile.disable()
 wall = time.perf_counter() - t0
 print(f"{len(small)} small cases in {wall:.2f} s: {len(small) / wall:.1f} cases/s; "

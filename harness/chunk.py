@@ -1,0 +1,131 @@
+"""Cases in chunks: each case's kernel runs on its own, the chunk's comparisons run together.
+
+A case of the ``call`` scenario is built, launched and handed to the oracle on its own
+(kernel first, then oracle); its answer then waits for the rest of its chunk, and one
+``verdicts`` call compares them all with a single device-to-host transfer.  Small cases
+spend most of their time in the host work of a few hundred tiny launches; sharing the
+comparison's launches and its transfer is what makes them cheap.  A case's numbers are
+the same in any chunk (``compare.check_tensors``), and a chunk of one is how a single
+case runs, so there is one path.
+
+Other scenarios (several calls per case, their own checks) run whole, one case at a time,
+in the order the chunk gives them.
+"""
+
+import shlex
+import time
+
+from . import environment, resources, scenarios
+from .cases import Case
+from .errors import InputError, Unsupported
+from .outcome import BackendIdentity, Outcome, ResultRow
+from .phases import PhaseClock, PhaseError
+
+CHUNK_CASES = 32
+CHUNK_BYTES = 2 << 30     # estimated peak bytes of a chunk's cases together: their answers wait for one compare
+
+
+def rerun_command(case: Case, backend_spec: str, device: str) -> str:
+    suite = shlex.quote(case.suite_file) if case.suite_file else case.suite
+    return (f"mla-verify run --suite {suite} --backend {shlex.quote(backend_spec)} --device {device} "
+            f"--case {case.id}")
+
+
+def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Outcome, wall_s=None) -> ResultRow:
+    return ResultRow(case, BackendIdentity.of(backend, backend_spec), device, environment.describe(), outcome,
+                     rerun_command(case, backend_spec, device), wall_s)
+
+
+def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES) -> list[list[Case]]:
+    """Consecutive cases grouped while they are few and small enough to wait together; a large case alone."""
+    chunks, current, held = [], [], 0
+    for case in cases:
+        need = resources.peak_bytes(case)
+        if current and (len(current) >= max_cases or held + need > max_bytes):
+            chunks.append(current)
+            current, held = [], 0
+        current.append(case)
+        held += need
+    return chunks + ([current] if current else [])
+
+
+def _guarded(step):
+    """``(value, None)``, or ``(None, outcome)`` for what ``step()`` raised.  Bad input propagates."""
+    try:
+        return step(), None
+    except InputError:
+        raise
+    except Unsupported as e:   # the kernel's API refused the input at call time: quote it
+        return None, Outcome.unsupported((str(e) or type(e).__name__).splitlines()[0][:500])
+    except PhaseError as e:
+        return None, Outcome.raised(e.phase, e.error)
+    except Exception as e:   # raised outside any phase: scenario glue, which is the harness's
+        return None, Outcome.raised("scenario", e)
+
+
+class ContextLost(Exception):
+    """A case left the device unusable (a sticky CUDA error): the chunk stops at ``index``."""
+
+    def __init__(self, index: int, row: dict):
+        super().__init__(row.get("reason"))
+        self.index, self.row = index, row
+
+
+def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_start=None,
+              context_lost=None) -> list[dict]:
+    """Run prechecked cases and return their rows, in order.
+
+    ``on_start(i)`` is called before case ``i`` starts, and with ``len(cases)`` before the
+    comparison (a worker reports it, so a crash is charged to the right case).
+    ``context_lost(row)`` says whether a case's row means the device is lost; the chunk then
+    raises ``ContextLost`` instead of running on in a dead context.
+    """
+    clocks = [PhaseClock() for _ in cases]
+    seconds = [0.0] * len(cases)             # each case's own time; a waiting one adds its share of the compare
+    results = [None] * len(cases)            # an Outcome, or an Answer waiting for the compare
+    for i, case in enumerate(cases):
+        if on_start:
+            on_start(i)
+        t0 = time.perf_counter()
+        with clocks[i]:
+            result, failure = _guarded(lambda: scenarios.start(case, backend, device))
+        seconds[i] = time.perf_counter() - t0
+        results[i] = failure or result
+        if isinstance(results[i], Outcome) and context_lost is not None:
+            row = _row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i])
+            if context_lost(row):
+                raise ContextLost(i, row)
+    if on_start:
+        on_start(len(cases))
+    waiting = [i for i, r in enumerate(results) if not isinstance(r, Outcome)]
+    for i, (outcome, share_ms) in zip(waiting, _judge([results[i] for i in waiting], [clocks[i] for i in waiting])):
+        results[i] = outcome
+        seconds[i] += share_ms / 1e3
+    return [_row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i])
+            for i, case in enumerate(cases)]
+
+
+def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
+    """Each answer's outcome and its milliseconds of comparing: together, or each alone if together
+    raised (so the fault lands on its own case)."""
+    if not answers:
+        return []
+    t0 = time.perf_counter()
+    judged, failure = _guarded(lambda: scenarios.verdicts(answers))
+    if failure is None:
+        share = (time.perf_counter() - t0) * 1e3 / len(answers)
+        for clock in clocks:
+            clock.add("compare", share)
+        return [(outcome, share) for outcome in judged]
+    alone = []
+    for answer, clock in zip(answers, clocks):
+        t0 = time.perf_counter()
+        with clock:
+            judged, failure = _guarded(lambda: scenarios.verdicts([answer]))
+        alone.append((failure or judged[0], (time.perf_counter() - t0) * 1e3))
+    return alone
+
+
+def _row(case, backend, backend_spec, device, outcome: Outcome, clock: PhaseClock, wall_s: float) -> dict:
+    outcome.phase_ms = dict(clock.ms)
+    return result_row(case, backend, backend_spec, device, outcome, wall_s).to_json()
