@@ -13,6 +13,7 @@ import itertools
 import math
 import os
 import tomllib
+from functools import lru_cache
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +28,10 @@ PADDINGS = ("minus_one", "one", "zero", "huge", "stale")
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
 
-def scenario_names() -> list[str]:
+@lru_cache(maxsize=1)      # asked once per case; the files do not change during a run
+def scenario_names() -> tuple[str, ...]:
     """The scenarios that exist: one module each in harness/scenarios (the files are the registry)."""
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.py") if not p.stem.startswith("_"))
+    return tuple(sorted(p.stem for p in SCENARIO_DIR.glob("*.py") if not p.stem.startswith("_")))
 DEEPSEEK_SOFTMAX_SCALE = 192 ** -0.5   # 1/sqrt(qk_nope 128 + qk_rope 64)
 
 

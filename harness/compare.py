@@ -105,11 +105,12 @@ SEGMENT_ALIGN = 64    # elements: each pair's slice starts 512-byte aligned, as 
 
 
 def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
-    """The value checks of every pair, computed on all of them concatenated.
+    """The value checks of every pair: element-wise work on all of them concatenated, then two
+    reductions per pair over its own aligned slice, and one transfer for all.
 
-    A pair's numbers never depend on the others beside it: maxima, minima and counts are exact in
-    any order, and each of the four sums is taken over the pair's own aligned slice, as a tensor
-    of its own would be summed.  So a case checked in a chunk gets the bits it gets alone.
+    A pair's numbers never depend on the others beside it: its slice is reduced as a tensor of its
+    own would be (same length, same alignment), so a case checked in a chunk gets the bits it
+    gets alone.  Maxima give the first position of each maximum.
     """
     results = [None] * len(pairs)
     todo = []
@@ -133,41 +134,25 @@ def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
                    for t in (pairs[i][0].reshape(-1).to(device, torch.float64), zeros[:p - n])])
     e = torch.cat([t for i, n, p in zip(todo, sizes, padded)
                    for t in (pairs[i][1].reshape(-1).double(), zeros[:p - n])])
-    lengths = torch.tensor(padded, device=device)
-    starts = torch.cumsum(lengths, 0) - lengths
-    segment = torch.repeat_interleave(torch.arange(len(todo), device=device), lengths, output_size=sum(padded))
-    index = (torch.arange(len(a), device=device) - starts[segment]).double()      # position in its own tensor
-
     same_nan = torch.isnan(a) == torch.isnan(e)
     same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
-    mismatch = ~(same_nan & same_inf)
+    mismatch = (~(same_nan & same_inf)).double()
     finite = torch.isfinite(a) & torch.isfinite(e)
     af = torch.where(finite, a, 0.0)
     ef = torch.where(finite, e, 0.0)
     err = (af - ef).abs()
     ratio = err / (bound.atol + bound.rtol * ef.abs())
-    inf = torch.tensor(math.inf, dtype=torch.float64, device=device)
-
-    def per(values, reduce):
-        return torch.segment_reduce(values, reduce, lengths=lengths, unsafe=True)
-
-    def first(where):        # the first position (in each tensor) where ``where`` holds; inf if none
-        return per(torch.where(where, index, inf), "min")
-
-    worst_ratio = per(ratio, "max")
-    worst = first(ratio == worst_ratio[segment]).nan_to_num(posinf=0)
-    first_mismatch = first(mismatch)
-    at = lambda pos, t: t[(starts + pos.clamp(max=1e18).long()).clamp(max=len(a) - 1)]   # noqa: E731
-    products = (af * af, ef * ef, af * ef, (af - ef) ** 2)
-    offsets = itertools.accumulate(padded[:-1], initial=0)
-    sums = [torch.stack([x[s:s + p].sum() for x in products]) for s, p in zip(offsets, padded)]
-    stats = torch.stack([
-        per(mismatch.double(), "sum"), first_mismatch.nan_to_num(posinf=-1), worst, worst_ratio,
-        at(worst, a), at(worst, e), per(err, "max"), per(err / ef.abs().clamp(min=1e-30), "max"),
-        per((ratio > 1).double(), "sum"), at(first_mismatch.nan_to_num(posinf=0), a),
-        at(first_mismatch.nan_to_num(posinf=0), e),
-    ], dim=1)
-    rows = torch.cat([stats, torch.stack(sums)], dim=1).tolist()    # the one transfer
+    summed = torch.stack([af * af, ef * ef, af * ef, (af - ef) ** 2, mismatch, (ratio > 1).double()])
+    maxed = torch.stack([ratio, err, err / ef.abs().clamp(min=1e-30), mismatch])
+    offsets = list(itertools.accumulate(padded[:-1], initial=0))
+    per_case = []
+    for start, size in zip(offsets, padded):          # each case's own slice: two reductions
+        top, where = maxed[:, start:start + size].max(dim=1)     # ties: the first position
+        per_case.append(torch.cat([summed[:, start:start + size].sum(dim=1), top, where.double()]))
+    stats = torch.stack(per_case)                                      # (cases, 14)
+    at = torch.tensor(offsets, device=device)[:, None] + stats[:, [10, 13]].long()   # worst, first mismatch
+    values = torch.stack([a[at[:, 0]], e[at[:, 0]], a[at[:, 1]], e[at[:, 1]]], dim=1)
+    rows = torch.cat([stats, values], dim=1).tolist()                  # the one transfer
     for i, row in zip(todo, rows):
         _fill(results[i], row, bound)
     return results
@@ -175,8 +160,8 @@ def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
 
 def _fill(res: TensorCheck, row: list, bound: Bound):
     """A pair's checks from its row of statistics (see ``_check_values``)."""
-    (n_mismatch, first_mismatch, flat, res.worst_ratio, res.worst_actual, res.worst_expected,
-     res.max_abs_err, res.max_rel_err, violations, mismatch_actual, mismatch_expected, aa, ee, ae, dd) = row
+    (aa, ee, ae, dd, n_mismatch, violations, res.worst_ratio, res.max_abs_err, res.max_rel_err, _,
+     flat, _, _, first_mismatch, res.worst_actual, res.worst_expected, mismatch_actual, mismatch_expected) = row
     res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
     res.worst_index = _unravel(int(flat), res.shape)
     if res.nonfinite_mismatches:

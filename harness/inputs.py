@@ -180,6 +180,9 @@ def model_dtype_of(case: Case) -> torch.dtype:
     return torch.bfloat16 if case.dtype.startswith("fp8") else TORCH_DTYPES[case.dtype]
 
 
+HOST_LAYOUT_TOKENS = 1 << 17     # cached tokens up to which a case's page layout is built on the CPU
+
+
 class KVStore:
     """The engine's KV cache for one case: pages allocated for every request's final length, all
     poisoned, filled by the engine's writes as requests grow (``write_up_to``).
@@ -192,12 +195,17 @@ class KVStore:
     def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device):
         self.case = case
         shared = shared_pages_for(case, final_lengths)
-        self.layout = allocate(final_lengths, case.page_size, case.extra_pages,
-                               torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=device,
-                               pool_pages=case.pool_pages, shared_pages=shared, pinned_pages=pinned_pages_for(case))
-        validate_req_to_token(self.layout)
-        validate_block_table(self.layout.block_table, self.layout.cache_seqlens, self.layout.num_pages,
+        # The layout is integers: built and checked on the CPU it is the same, and for a small case
+        # far cheaper than dozens of tiny device launches; a serving-scale one is built on the device.
+        where = "cpu" if sum(final_lengths) <= HOST_LAYOUT_TOKENS else device
+        self.index_layout = allocate(final_lengths, case.page_size, case.extra_pages,
+                                    torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=where,
+                                    pool_pages=case.pool_pages, shared_pages=shared,
+                                    pinned_pages=pinned_pages_for(case))
+        validate_req_to_token(self.index_layout)
+        validate_block_table(self.index_layout.block_table, self.index_layout.cache_seqlens, self.index_layout.num_pages,
                              case.page_size)
+        self.layout = self.index_layout.to(device)     # what the kernel is given; index_layout does the writes
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
         self.fp8 = case.dtype.startswith("fp8")
         self.tokens = tokens
@@ -219,7 +227,7 @@ class KVStore:
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
         for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \
                 else ((self.pool, self.stored),):
-            write_kv(pool, self.layout, src, self.written[:len(lengths)], lengths)
+            write_kv(pool, self.index_layout, src, self.written[:len(lengths)], lengths)
         for r, n in enumerate(lengths):
             self.written[r] = max(self.written[r], n)
 

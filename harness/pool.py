@@ -46,6 +46,11 @@ class PageLayout:
     cache_seqlens: torch.Tensor      # (b,) tokens in the cache per request
     used_pages: torch.Tensor         # (num_used,) pages holding some request's tokens
 
+    def to(self, device) -> "PageLayout":
+        """The same layout with its tensors on ``device``."""
+        moved = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+        return PageLayout(**{**vars(self), **moved})
+
 
 def pages_for(n_tokens, page_size: int):
     """Pages that hold ``n_tokens`` tokens (an int, or a tensor of counts)."""

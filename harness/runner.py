@@ -8,7 +8,6 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -25,18 +24,6 @@ from .status import Status, gates, verdict_of
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-MAX_GPU_WORKERS = 8
-
-
-def default_workers(device: str) -> int:
-    """Worker processes when none are asked for.  On a GPU a case's time is mostly host work
-    (a few hundred small launches), so several processes share the device; the CPU backends
-    already use every core through torch's threads, so the CPU gets one."""
-    if torch.device(device).type != "cuda":
-        return 1
-    return max(1, min(MAX_GPU_WORKERS, (os.cpu_count() or 2) // 2))
 
 
 def precheck(case: Case, backend, device: str) -> str | None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.cases import DTYPES
+from harness.checks import Kind
 from harness.compare import check_tensor, cos_diff, describe_failure, expected_lse_for
 from harness.inputs import TORCH_DTYPES
 from harness.tolerances import TOLERANCES, Bound, Tolerance
@@ -182,3 +183,28 @@ def test_tolerance_table_has_every_dtype_with_a_rationale():
         for which in ("out", "lse"):
             k, x = getattr(TOLERANCES[dtype], which), getattr(e2e, which)
             assert x.atol >= k.atol and x.rtol >= k.rtol and x.cos_diff >= k.cos_diff
+
+
+def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone():
+    """check_tensors on many pairs at once: every field of every check, bit for bit, as checked alone."""
+    import json
+    import random
+
+    from harness.compare import Pair, check_tensors
+    seed = random.SystemRandom().randrange(1 << 30)
+    g = torch.Generator().manual_seed(seed)
+    bound = TOLERANCES["bf16"].out
+    pairs = []
+    for n in [1, 5, 63, 64, 65, 1000, 3 * 4096 + 5]:
+        expected = torch.randn(n, generator=g, dtype=torch.float64)
+        actual = (expected + 3e-3 * torch.randn(n, generator=g, dtype=torch.float64)).bfloat16()
+        if n > 60:            # a NaN where the reference is finite, an inf the kernel missed
+            actual[int(torch.randint(n, (1,), generator=g))] = float("nan")
+            expected[int(torch.randint(n, (1,), generator=g))] = float("inf")
+        pairs.append(Pair(actual.reshape(-1, 1) if n % 2 else actual, expected.reshape(-1, 1) if n % 2 else expected))
+    pairs.append(Pair(torch.zeros(3), torch.zeros(4, dtype=torch.float64)))      # a shape failure among them
+    together = check_tensors("out", pairs, bound)
+    for pair, check in zip(pairs, together):
+        alone = check_tensors("out", [pair], bound)[0]
+        assert json.dumps(check.to_dict()) == json.dumps(alone.to_dict()), seed
+    assert any(Kind.NONFINITE.value in c.failures for c in together) and not together[-1].passed

@@ -11,7 +11,7 @@ for w in ${*:-1 default}; do
   start=$(date +%s.%N)
   python3 -m harness.cli run --suite flashmla-upstream --backend flashmla $flag --no-progress \
     --out "$OUT/speed/upstream-w$w.jsonl" > "$OUT/speed/upstream-w$w.log" 2>&1
-  echo "upstream workers=$w rc=$? wall $(echo "$(date +%s.%N) - $start" | bc) s"
+  echo "upstream workers=$w rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
   tail -4 "$OUT/speed/upstream-w$w.log"
 done
 if [ -d .upstream/flashmla-tests ] && [ -f scripts/gpu/flashmla_own_test.sh ]; then
@@ -19,6 +19,6 @@ if [ -d .upstream/flashmla-tests ] && [ -f scripts/gpu/flashmla_own_test.sh ]; t
 fi
 start=$(date +%s.%N)
 make verify SETUP= MLA="python3 -m harness.cli" STAMP=h200-speed > "$OUT/speed/verify.log" 2>&1
-echo "make verify rc=$? wall $(echo "$(date +%s.%N) - $start" | bc) s"
+echo "make verify rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
 tail -6 "$OUT/speed/verify.log"
 cp reports/verify-h200-speed.jsonl "$OUT/speed/" 2>/dev/null
