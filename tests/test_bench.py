@@ -506,3 +506,41 @@ def test_case_selection_takes_ids_and_groups():
     chosen = select_cases(suites, "smoke/fp8,smoke/decode-bf16/0,smoke/fp8/1")
     assert [c.id for c in chosen] == ["smoke/fp8/0", "smoke/fp8/1", "smoke/decode-bf16/0"]
     assert len(select_cases(suites, None)) == len(suites[0].cases)
+
+
+def test_kernelkit_cross_check_sums_the_call_kernels_and_leaves_out_its_flush(monkeypatch):
+    """FlashMLA's timer, when importable, is the cross-check: its per-call time is every kernel of the
+    call summed over its flushed calls, without the flush's own memset."""
+    import sys
+    import types
+
+    from harness.bench import crosscheck
+    calls = []
+
+    def bench_kineto(fn, num_tests=30):
+        calls.append(num_tests)
+        ranges = {"flash_fwd_splitkv_mla_kernel": [(0.0, 100e-6)] * num_tests,
+                  "flash_fwd_mla_combine_kernel": [(0.0, 20e-6)] * num_tests,
+                  "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>":
+                      [(0.0, 2e-3)] * num_tests}
+        return types.SimpleNamespace(time_ranges=ranges)
+
+    fake = types.ModuleType("kernelkit")
+    fake.bench = types.SimpleNamespace(bench_kineto=bench_kineto)
+    monkeypatch.setitem(sys.modules, "kernelkit", fake)
+    monkeypatch.setitem(sys.modules, "kernelkit.bench", fake.bench)
+    assert crosscheck.kernelkit_available()
+    assert crosscheck.methods()[0] is crosscheck.KERNELKIT
+    assert crosscheck.kernelkit_us(lambda: None, num_tests=10) == pytest.approx(120.0)
+    assert calls == [10]
+    check = crosscheck.compare(123.0, 120.0, crosscheck.KERNELKIT.describe)
+    assert check["agrees"] and not crosscheck.compare(130.0, 120.0, "x")["agrees"]
+
+
+def test_cross_check_line_names_the_gate_and_what_was_recorded_beside_it():
+    from harness.bench import crosscheck, output
+    gate = crosscheck.compare(100.0, 99.0, "A")
+    beside = [crosscheck.compare(100.0, 115.0, "B")]
+    line = output.cross_check_line({"case_id": "c", "backend": "k",
+                                    "bench": {"cross_check": gate, "cross_check_others": beside}})
+    assert "A 99.0 us, ratio 1.010: agrees" in line and "beside it, B 115.0 us (ratio 0.870)" in line

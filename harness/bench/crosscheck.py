@@ -1,12 +1,15 @@
 """Independent measurements of the same launch, to trust the harness's kernel times.
 
-Two of Triton's timers, neither using the profiler:
-
+- FlashMLA's own timer, ``kernelkit.bench.bench_kineto`` from FlashMLA's ``tests/``
+  directory, when it is importable (put FlashMLA's ``tests`` on ``PYTHONPATH``; it is
+  imported, never copied here).  It times the way the harness claims to (kineto kernel
+  time, one call at a time after an L2-clearing memset) but is FlashMLA's code, not
+  ours: when it is there, it is the cross-check, and the two must agree within +-3%.
 - ``triton.testing.do_bench_cudagraph`` replays many captured calls back to back with
-  no flush and times the replays with CUDA events.  It is the cross-check: the
-  harness's kernel time and it must agree within +-3% at the median.
+  no flush and times the replays with CUDA events.  It is the cross-check when
+  kernelkit is not there, and recorded beside it when it is.
 - ``triton.testing.do_bench`` clears a 256 MB buffer before each call and times that
-  call alone with CUDA events, launch latency included; it is recorded beside it.
+  call alone with CUDA events, launch latency included; always recorded beside.
 
 What the H200 showed (docs/gpu-runs.md, 2026-12-03): for FlashMLA b=128, L=4096,
 h=16 the harness and do_bench_cudagraph agree (ratio 0.98-1.02); for h=128 they do
@@ -51,12 +54,32 @@ def do_bench_us(fn, rep_ms: int = 50) -> float:
     return float(do_bench(fn, rep=rep_ms, return_mode="median")) * 1e3
 
 
+def kernelkit_available() -> bool:
+    try:
+        import kernelkit.bench  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def kernelkit_us(fn, num_tests: int = 30) -> float:
+    """Mean microseconds per call of ``fn`` under FlashMLA's ``kernelkit.bench.bench_kineto``: every
+    kernel of the call, summed, over its ``num_tests`` flushed calls (the flush's memset left out)."""
+    from kernelkit.bench import bench_kineto
+    result = bench_kineto(fn, num_tests=num_tests)
+    flush = [name for name in result.time_ranges if "FillFunctor" in name or name.startswith("Memset")]
+    seconds = sum(end - start for name, ranges in result.time_ranges.items() if name not in flush
+                  for start, end in ranges)
+    return seconds / num_tests * 1e6
+
+
 @dataclass(frozen=True)
 class Method:
     describe: str
     time_us: object
 
 
+KERNELKIT = Method("FlashMLA kernelkit.bench.bench_kineto (8 GB memset before each call), mean", kernelkit_us)
 DO_BENCH = Method("triton.testing.do_bench (L2 cleared before each call), median", do_bench_us)
 DO_BENCH_CUDAGRAPH = Method("triton.testing.do_bench_cudagraph (back to back, no flush), median",
                             do_bench_cudagraph_us)
@@ -66,3 +89,8 @@ def compare(harness_us: float, independent_us: float, method: str) -> dict:
     ratio = harness_us / independent_us if independent_us > 0 else math.nan
     return {"method": method, "harness_p50_us": harness_us, "independent_us": independent_us, "ratio": ratio,
             "tolerance": TOLERANCE, "agrees": bool(abs(ratio - 1) <= TOLERANCE)}
+
+
+def methods() -> list[Method]:
+    """The cross-check first (it gates), then the timers recorded beside it."""
+    return ([KERNELKIT] if kernelkit_available() else []) + [DO_BENCH_CUDAGRAPH, DO_BENCH]

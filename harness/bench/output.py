@@ -67,9 +67,9 @@ def cross_check_line(row: dict) -> str | None:
     line = (f"cross-check {row['case_id']} {row.get('backend')}: harness kineto p50 {c['harness_p50_us']:.1f} us, "
             f"{c['method']} {c['independent_us']:.1f} us, ratio {c['ratio']:.3f}: {verdict} "
             f"(within +-{100 * c['tolerance']:.0f}%)")
-    other = b.get("cross_check_other") or {}
-    if other.get("independent_us"):
-        line += f"; beside it, {other['method']} {other['independent_us']:.1f} us (ratio {other['ratio']:.3f})"
+    for other in b.get("cross_check_others") or []:
+        if other.get("independent_us"):
+            line += f"; beside it, {other['method']} {other['independent_us']:.1f} us (ratio {other['ratio']:.3f})"
     return line
 
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The bench cross-check on the H200: FlashMLA b=128, L=4096, h=16/128, with the L2 flushed and without,
+# against FlashMLA's kernelkit timer (carry .upstream) and triton's do_bench_cudagraph / do_bench,
 # and the SM clock sampled while it runs (back-to-back compute can run at lower clocks than one call).
 set -u
 . scripts/gpu/env.sh
+# FlashMLA's own timer (kernelkit, from FlashMLA's tests/) is the cross-check when it travelled in .upstream
+[ -d .upstream/flashmla-tests/kernelkit ] && export PYTHONPATH="$PYTHONPATH:$PWD/.upstream/flashmla-tests"
 dir=reports/gpu-x; mkdir -p $dir
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 50 > $dir/clocks.txt &
 sampler=$!

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Issue 13 on the H200: the flashmla-upstream matrix at 1 worker and at the default worker count,
-# FlashMLA's own dense-decoding test on the same matrix (when .upstream/flashmla-tests travelled),
-# and make verify with FlashMLA.  Usage: speed.sh [WORKERS...]
+# Issue 13 on the H200: FlashMLA's own dense-decoding test (when .upstream/flashmla-tests travelled), the
+# flashmla-upstream matrix under mla-verify (default chunks, then --chunk 1: the rows must be the same),
+# and make verify with FlashMLA.  Usage: speed.sh
 set -u
 . scripts/gpu/env.sh
 mkdir -p "$OUT/speed"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-for w in ${*:-1 default}; do
-  flag=$([ "$w" = default ] && echo "" || echo "--workers $w")
-  start=$(date +%s.%N)
-  python3 -m harness.cli run --suite flashmla-upstream --backend flashmla $flag --no-progress \
-    --out "$OUT/speed/upstream-w$w.jsonl" > "$OUT/speed/upstream-w$w.log" 2>&1
-  echo "upstream workers=$w rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
-  tail -4 "$OUT/speed/upstream-w$w.log"
-done
-if [ -d .upstream/flashmla-tests ] && [ -f scripts/gpu/flashmla_own_test.sh ]; then
-  bash scripts/gpu/flashmla_own_test.sh > "$OUT/speed/flashmla-own-test.log" 2>&1; tail -5 "$OUT/speed/flashmla-own-test.log"
+if [ "${OWN_TEST:-1}" = 1 ] && [ -d .upstream/flashmla-tests ]; then
+  bash scripts/gpu/flashmla_own_test.sh > "$OUT/speed/flashmla-own-test.log" 2>&1; tail -1 "$OUT/speed/flashmla-own-test.log"
 fi
+for chunk in 32 1; do
+  start=$(date +%s.%N)
+  python3 -m harness.cli run --suite flashmla-upstream --backend flashmla --chunk $chunk --no-progress \
+    --out "$OUT/speed/upstream-chunk$chunk.jsonl" > "$OUT/speed/upstream-chunk$chunk.log" 2>&1
+  echo "upstream --chunk $chunk rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+  tail -3 "$OUT/speed/upstream-chunk$chunk.log"
+done
+python3 scripts/gpu/same_rows.py "$OUT/speed/upstream-chunk32.jsonl" "$OUT/speed/upstream-chunk1.jsonl"
 start=$(date +%s.%N)
 make verify SETUP= MLA="python3 -m harness.cli" STAMP=h200-speed > "$OUT/speed/verify.log" 2>&1
 echo "make verify rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"

@@ -1,0 +1,27 @@
+"""Do two results files hold the same rows, apart from timings?  Prints the first differences.
+
+Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl  (exit 0: identical, 1: they differ)
+"""
+import sys
+
+from harness.results import read_rows
+
+TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms"}
+
+
+def differences(x, y, where=""):
+    if isinstance(x, dict) and isinstance(y, dict):
+        for key in sorted(set(x) | set(y)):
+            if key not in TIMINGS:
+                yield from differences(x.get(key), y.get(key), f"{where}.{key}")
+    elif x != y:
+        yield f"{where}: {str(x)[:80]} != {str(y)[:80]}"
+
+
+a = {r["case_id"]: r for r in read_rows(sys.argv[1])}
+b = {r["case_id"]: r for r in read_rows(sys.argv[2])}
+found = [f"{k}: only in one file" for k in sorted(set(a) ^ set(b))]
+found += [d for k in sorted(set(a) & set(b)) for d in differences(a[k], b[k], k)]
+print(f"{len(a)} and {len(b)} rows; {len(found)} difference(s)")
+print("\n".join(found[:20]))
+sys.exit(1 if found else 0)
