@@ -7,6 +7,7 @@ in a worker process), which is what a user gets.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -353,6 +354,18 @@ def test_summary_goes_to_the_current_stdout(tmp_path):
                            "--out", tmp_path / f"r{i}.jsonl")
         assert code == 0
         assert "verdict: PASSED" in out, f"run {i}: the summary did not reach the redirected stdout"
+
+
+def test_summary_says_where_the_time_went(tmp_path):
+    code, out, _ = run("--suite", "smoke", "--backend", "torch", "--chunk", "4", "--out", tmp_path / "t.jsonl")
+    line = next(x for x in out.splitlines() if x.startswith("time: "))
+    seconds = {name: float(re.search(rf"{name} ([0-9.]+) s", line).group(1)) for name in ("inputs", "oracle")}
+    assert code == 0 and " s wall in " in line and all(v > 0 for v in seconds.values()), line
+
+
+def test_chunk_below_one_exits_2(tmp_path):
+    code, _, err = run("--suite", "smoke", "--backend", "torch", "--chunk", "0", "--out", tmp_path / "c.jsonl")
+    assert code == 2 and "--chunk must be 1 or more" in err
 
 
 # ---- real subprocesses ----------------------------------------------------------------------
