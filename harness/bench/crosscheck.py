@@ -64,12 +64,15 @@ def kernelkit_available() -> bool:
 
 def kernelkit_us(fn, num_tests: int = 30) -> float:
     """Mean microseconds per call of ``fn`` under FlashMLA's ``kernelkit.bench.bench_kineto``: every
-    kernel of the call, summed, over its ``num_tests`` flushed calls (the flush's memset left out)."""
+    kernel of the call, summed, over its ``num_tests`` flushed calls.  The flush's own kernels are
+    named by timing a call that launches nothing, and left out."""
     from kernelkit.bench import bench_kineto
+    flush = set(bench_kineto(lambda: None, num_tests=2).time_ranges)
     result = bench_kineto(fn, num_tests=num_tests)
-    flush = [name for name in result.time_ranges if "FillFunctor" in name or name.startswith("Memset")]
     seconds = sum(end - start for name, ranges in result.time_ranges.items() if name not in flush
                   for start, end in ranges)
+    if not seconds:
+        raise RuntimeError(f"kernelkit recorded no kernel of the call (only {sorted(flush)})")
     return seconds / num_tests * 1e6
 
 
