@@ -519,10 +519,12 @@ def test_kernelkit_cross_check_sums_the_call_kernels_and_leaves_out_its_flush(mo
 
     def bench_kineto(fn, num_tests=30):
         calls.append(num_tests)
-        ranges = {"Memset (Device)": [(0.0, 2e-3)] * num_tests}      # its flush, whatever it is named
+        ranges = {"Memset (Device)": [(0.0, 2e-3)] * num_tests,      # its flush, whatever it is named
+                  "cudaDeviceSynchronize": [(0.0, 3e-3)]}             # host API calls are events too
         if fn() is not None:                                    # a call that launches something
             ranges.update({"flash_fwd_splitkv_mla_kernel": [(0.0, 100e-6)] * num_tests,
-                           "flash_fwd_mla_combine_kernel": [(0.0, 20e-6)] * num_tests})
+                           "flash_fwd_mla_combine_kernel": [(0.0, 20e-6)] * num_tests,
+                           "cudaLaunchKernelExC": [(0.0, 5e-6)] * num_tests})
         return types.SimpleNamespace(time_ranges=ranges)
 
     fake = types.ModuleType("kernelkit")

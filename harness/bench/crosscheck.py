@@ -19,6 +19,7 @@ at a time, sits ~14 us above kineto on both shapes (its events include the launc
 """
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,9 @@ def kernelkit_available() -> bool:
     return True
 
 
+API_CALL = re.compile(r"^(cuda|cu[A-Z])")     # CUDA runtime and driver API calls, by their names
+
+
 def kernelkit_us(fn, num_tests: int = 30) -> float:
     """Mean microseconds per call of ``fn`` under FlashMLA's ``kernelkit.bench.bench_kineto``: every
     kernel of the call, summed, over its ``num_tests`` flushed calls.  The flush's own kernels are
@@ -69,8 +73,9 @@ def kernelkit_us(fn, num_tests: int = 30) -> float:
     from kernelkit.bench import bench_kineto
     flush = set(bench_kineto(lambda: None, num_tests=2).time_ranges)
     result = bench_kineto(fn, num_tests=num_tests)
-    seconds = sum(end - start for name, ranges in result.time_ranges.items() if name not in flush
-                  for start, end in ranges)
+    # its events include the host's CUDA API calls (cudaLaunchKernel, cudaDeviceSynchronize): not kernels
+    seconds = sum(end - start for name, ranges in result.time_ranges.items()
+                  if name not in flush and not API_CALL.match(name) for start, end in ranges)
     if not seconds:
         raise RuntimeError(f"kernelkit recorded no kernel of the call (only {sorted(flush)})")
     return seconds / num_tests * 1e6

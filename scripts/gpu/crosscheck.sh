@@ -11,7 +11,8 @@ nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheade
 sampler=$!
 for flush in read none; do
   timeout 120 python3 -m harness.cli bench --suite bench --case bench/flashmla-headline --backend flashmla \
-    --cross-check --l2-flush $flush --iters 50 --out $dir/crosscheck-$flush.jsonl 2>&1 | grep -E "cross-check|ceilings" | cut -c1-400
+    --cross-check --l2-flush $flush --iters 50 --out $dir/crosscheck-$flush.jsonl > $dir/crosscheck-$flush.log 2>&1
+  echo "bench --l2-flush $flush rc=$?"; grep -E "cross-check|ceilings|rror" $dir/crosscheck-$flush.log | cut -c1-600
 done
 kill $sampler
 echo "SM clock MHz min/median/max while timing: $(sort -n -t, -k1 $dir/clocks.txt | awk -F, '{a[NR]=$1} END {print a[1], a[int(NR/2)], a[NR]}')"
