@@ -11,11 +11,11 @@
 - ``triton.testing.do_bench`` clears a 256 MB buffer before each call and times that
   call alone with CUDA events, launch latency included; always recorded beside.
 
-What the H200 showed (docs/gpu-runs.md, 2026-12-03): for FlashMLA b=128, L=4096,
-h=16 the harness and do_bench_cudagraph agree (ratio 0.98-1.02); for h=128 they do
-not (0.86-0.90): back to back, the compute-bound kernel runs ~15% slower than the
-same kernel timed one call at a time by kineto, flushed or not.  do_bench, one call
-at a time, sits ~14 us above kineto on both shapes (its events include the launch).
+What the H200 showed (docs/gpu-runs.md, 2026-12-03): FlashMLA b=128, L=4096 with
+``--l2-flush write`` (kernelkit's memset protocol): harness and kernelkit agree within 1%
+at h=16 and h=128.  With the default read flush, h=16 is 8% faster than after kernelkit's
+memset (no dirty lines to write back).  do_bench_cudagraph agrees at h=16 and is 10-13%
+slower at h=128: back to back, the compute-bound kernel runs slower than one call at a time.
 """
 
 import math
