@@ -13,9 +13,9 @@ import itertools
 import math
 import os
 import tomllib
-from functools import lru_cache
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from . import seqlens

@@ -89,7 +89,7 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
             on_start(i)
         t0 = time.perf_counter()
         with clocks[i]:
-            result, failure = _guarded(lambda: scenarios.start(case, backend, device))
+            result, failure = _guarded(lambda case=case: scenarios.start(case, backend, device))
         seconds[i] = time.perf_counter() - t0
         results[i] = failure or result
         if isinstance(results[i], Outcome) and context_lost is not None:
@@ -125,7 +125,7 @@ def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
     for answer, clock in zip(answers, clocks):
         t0 = time.perf_counter()
         with clock:
-            judged, failure = _guarded(lambda: scenarios.verdicts([answer]))
+            judged, failure = _guarded(lambda answer=answer: scenarios.verdicts([answer]))
         alone.append((failure or judged[0], (time.perf_counter() - t0) * 1e3))
     return alone
 

@@ -211,15 +211,16 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                         lost = (None, None)
                     elif kind == "bad_input":
                         raise InputError(payload)
-                    if kind == "died":
-                        w.proc.join(timeout=5)
-                        lost = (Status.CRASH, _death_reason(w.proc))
-                elif w.proc.sentinel in ready and not w.proc.is_alive():
+                    dead = kind == "died"
+                else:
+                    dead = w.proc.sentinel in ready and not w.proc.is_alive()
+                if dead:
+                    w.proc.join(timeout=5)
                     if not w.ready:
                         raise InputError(f"backend '{backend_spec}': worker failed to start "
                                          f"({_death_reason(w.proc)})")
                     lost = (Status.CRASH, _death_reason(w.proc))
-                elif w.deadline is not None and now > w.deadline:
+                elif lost is None and w.deadline is not None and now > w.deadline:
                     if not w.ready:
                         raise InputError(f"backend '{backend_spec}': worker did not start within "
                                          f"{startup_timeout_s:g} s")

@@ -10,7 +10,7 @@ draw of ``batch_size`` integers from its seed, nothing else) and follows what
 """
 
 import os
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -109,7 +109,7 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 
 
-@lru_cache(maxsize=None)      # asked for every case when chunks are planned and again when they are sent
+@cache      # asked for every case when chunks are planned and again when they are sent
 def peak_bytes(case: Case) -> int:
     """The case's estimated peak memory: what a worker holds while it runs the case."""
     return estimated_bytes(case)["total"]

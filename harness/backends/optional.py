@@ -7,7 +7,7 @@ report the exact import error.
 
 import importlib
 import importlib.metadata
-from functools import lru_cache
+from functools import cache
 
 
 def try_import(module_name: str):
@@ -19,7 +19,7 @@ def try_import(module_name: str):
         return None, f"{module_name}: {type(e).__name__}: {first}"
 
 
-@lru_cache(maxsize=None)   # every result row records it; reading package metadata costs 1 ms
+@cache   # every result row records it; reading package metadata costs 1 ms
 def dist_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

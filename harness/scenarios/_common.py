@@ -161,8 +161,8 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
     failed = [c for c in results if not c.passed and c.name in gating]
     exp_out = a.expected[0]
     # no LSE from the kernel: the LSE panels compare the oracle with itself (all zero error)
-    diag = (diagnostics.summarize(a.inputs, a.out, exp_lse if a.lse is None else lse_base_e(a.lse, a.backend.capabilities),
-                                  exp_out, exp_lse, TOLERANCES[a.case.dtype]) if failed else None)
+    lse = exp_lse if a.lse is None else lse_base_e(a.lse, a.backend.capabilities)
+    diag = diagnostics.summarize(a.inputs, a.out, lse, exp_out, exp_lse, TOLERANCES[a.case.dtype]) if failed else None
     inputs = a.inputs
     return Outcome.judged(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(a.extra_failures)),
