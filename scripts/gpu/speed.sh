@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13 on the H200: FlashMLA's own dense-decoding test (when .upstream/flashmla-tests travelled), the
 # flashmla-upstream matrix under mla-verify (default chunks, then --chunk 1: the rows must be the same),
-# and make verify with FlashMLA.  Usage: speed.sh
+# and make verify with FlashMLA.  Usage: [OWN_TEST=0] [CHUNKS="32 1"] speed.sh
 set -u
 . scripts/gpu/env.sh
 mkdir -p "$OUT/speed"
@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 if [ "${OWN_TEST:-1}" = 1 ] && [ -d .upstream/flashmla-tests ]; then
   bash scripts/gpu/flashmla_own_test.sh > "$OUT/speed/flashmla-own-test.log" 2>&1; tail -1 "$OUT/speed/flashmla-own-test.log"
 fi
-for chunk in 32 1; do
+for chunk in ${CHUNKS:-32 1}; do
   start=$(date +%s.%N)
   python3 -m harness.cli run --suite flashmla-upstream --backend flashmla --chunk $chunk --no-progress \
     --out "$OUT/speed/upstream-chunk$chunk.jsonl" > "$OUT/speed/upstream-chunk$chunk.log" 2>&1
