@@ -129,22 +129,33 @@ def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
     device = pairs[todo[0]][1].device
     sizes = [pairs[i][1].numel() for i in todo]
     padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
-    zeros = torch.zeros(max(p - n for p, n in zip(padded, sizes)), dtype=torch.float64, device=device)
-    a = torch.cat([t for i, n, p in zip(todo, sizes, padded)
-                   for t in (pairs[i][0].reshape(-1).to(device, torch.float64), zeros[:p - n])])
-    e = torch.cat([t for i, n, p in zip(todo, sizes, padded)
-                   for t in (pairs[i][1].reshape(-1).double(), zeros[:p - n])])
+    offsets = list(itertools.accumulate(padded[:-1], initial=0))
+    total = sum(padded)
+    # written in place: the buffers are the float64 work, and a copy of them would double it
+    a = torch.zeros(total, dtype=torch.float64, device=device)
+    e = torch.zeros(total, dtype=torch.float64, device=device)
+    for i, start, n in zip(todo, offsets, sizes):
+        a[start:start + n].copy_(pairs[i][0].reshape(-1))
+        e[start:start + n].copy_(pairs[i][1].reshape(-1))
     same_nan = torch.isnan(a) == torch.isnan(e)
     same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
-    mismatch = (~(same_nan & same_inf)).double()
     finite = torch.isfinite(a) & torch.isfinite(e)
-    af = torch.where(finite, a, 0.0)
-    ef = torch.where(finite, e, 0.0)
-    err = (af - ef).abs()
-    ratio = err / (bound.atol + bound.rtol * ef.abs())
-    summed = torch.stack([af * af, ef * ef, af * ef, (af - ef) ** 2, mismatch, (ratio > 1).double()])
-    maxed = torch.stack([ratio, err, err / ef.abs().clamp(min=1e-30), mismatch])
-    offsets = list(itertools.accumulate(padded[:-1], initial=0))
+    summed = torch.empty(6, total, dtype=torch.float64, device=device)   # summed per case: see _fill
+    maxed = torch.empty(4, total, dtype=torch.float64, device=device)    # maximised per case
+    af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    torch.where(finite, a, zero, out=af)
+    torch.where(finite, e, zero, out=ef)
+    torch.sub(af, ef, out=err).abs_()
+    torch.div(err, torch.abs(ef).mul_(bound.rtol).add_(bound.atol), out=ratio)
+    torch.div(err, ef.abs().clamp_(min=1e-30), out=maxed[2])
+    torch.mul(af, af, out=summed[0])
+    torch.mul(af, ef, out=summed[2])
+    torch.mul(ef, ef, out=summed[1])
+    torch.square(err, out=summed[3])
+    torch.logical_not(same_nan & same_inf, out=maxed[3])                   # a NaN/inf position mismatch
+    summed[4].copy_(maxed[3])
+    torch.gt(ratio, 1, out=summed[5])
     per_case = []
     for start, size in zip(offsets, padded):          # each case's own slice: two reductions
         top, where = maxed[:, start:start + size].max(dim=1)     # ties: the first position
