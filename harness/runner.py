@@ -26,16 +26,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def precheck(case: Case, backend, device: str) -> str | None:
-    """Why the case is not run here (the backend refuses it, or it does not fit now), or None."""
-    return backend.unsupported_reason(case, device) or resources.too_large_reason(case, device)
+def precheck(case: Case, backend, device: str, available: int | None = None, measured: str | None = None):
+    """The outcome of a case that is not run here (the backend refuses it, it does not fit, or the
+    backend's own check raised), or None to run it.  ``available``: memory measured once for a run."""
+    try:
+        reason = backend.unsupported_reason(case, device)
+    except Exception as e:   # a plug-in's broken capability check is its error, on this case
+        e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
+        return Outcome.raised(KERNEL, e)
+    reason = reason or resources.too_large_reason(case, device, available, measured=measured)
+    return None if reason is None else Outcome.unsupported(reason)
 
 
 def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     """Check and run one case and return its result row.  Bad input raises ``InputError``."""
-    reason = precheck(case, backend, device)
-    if reason is not None:
-        return result_row(case, backend, backend_spec, device, Outcome.unsupported(reason)).to_json()
+    refused = precheck(case, backend, device)
+    if refused is not None:
+        return result_row(case, backend, backend_spec, device, refused).to_json()
     return run_chunk([case], backend, backend_spec, device)[0]
 
 
@@ -106,15 +113,9 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     available, measured = resources.available_bytes(device)   # once: a verdict must not depend on the moment
     runnable = []
     for case in todo:
-        try:
-            reason = backend.unsupported_reason(case, device)
-        except Exception as e:   # a plug-in's broken capability check is its error, on this case
-            e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
-            record(result_row(case, backend, backend_spec, device, Outcome.raised(KERNEL, e)).to_json())
-            continue
-        reason = reason or resources.too_large_reason(case, device, available, measured=measured)
-        if reason is not None:
-            record(result_row(case, backend, backend_spec, device, Outcome.unsupported(reason)).to_json())
+        refused = precheck(case, backend, device, available, measured)
+        if refused is not None:
+            record(result_row(case, backend, backend_spec, device, refused).to_json())
         else:
             runnable.append(case)
     summary.workers = max(summary.workers, workers)
