@@ -1,13 +1,17 @@
 """A result must not depend on how the cases were run: one at a time in this process, or compared in
 chunks spread over worker processes that take them in whatever order they free up.
 
-Both runs use fresh random suite seeds and a backend that fails some cases, so failing rows (their
+Both runs use the same suite seeds and a backend that fails some cases, so failing rows (their
 messages, metrics and drill-down summaries) are compared as well as passing ones.
+
+Both run with one torch thread.  With two, the CPU torch backend's float32 output sometimes differs
+in its last bits on the first call in a fresh process (seen here: the same inputs, three calls in a
+new worker, the first one off), which is the CPU BLAS's threading, not the harness's.  On the H200
+the whole flashmla-upstream matrix gave the same rows chunked and one at a time (docs/gpu-runs.md).
 """
 
-import random
-
 import pytest
+import torch
 
 from harness.backend_loader import load_backend
 from harness.cases import parse_suite
@@ -57,9 +61,18 @@ def run(tmp_path, name, cases, spec, workers, chunk_cases=1):
     return rows
 
 
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)          # workers take the parent's count
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("seed", [2, 7])
 @pytest.mark.parametrize("spec", ["torch", "mutant:read_past_seqlen"])
-def test_rows_do_not_depend_on_chunks_workers_or_order(tmp_path, spec):
-    cases = suite_cases(tmp_path, random.SystemRandom().randrange(1 << 30))
+def test_rows_do_not_depend_on_chunks_workers_or_order(tmp_path, spec, seed, one_thread):
+    cases = suite_cases(tmp_path, seed)
     one_at_a_time = run(tmp_path, "serial", cases, spec, workers=0)
     chunked = run(tmp_path, "spread", cases[::-1], spec, workers=3, chunk_cases=5)
     statuses = {r["status"] for r in one_at_a_time.values()}
