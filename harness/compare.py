@@ -90,7 +90,7 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
 
 def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
     """``check_tensor`` for many pairs at once (one per case of a chunk), in one device-to-host transfer."""
-    results = _check_values(name, [(p.actual, p.expected) for p in pairs], bound)
+    results = _check_values(name, pairs, bound)
     for res, p in zip(results, pairs):
         if p.expected_dtype is not None:
             actual_dtype = p.actual.dtype if p.actual_dtype is None else p.actual_dtype
@@ -104,7 +104,7 @@ def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
 SEGMENT_ALIGN = 64    # elements: each pair's slice starts 512-byte aligned, as a tensor of its own does
 
 
-def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
+def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
     """The value checks of every pair: element-wise work on all of them concatenated, then two
     reductions per pair over its own aligned slice, and one transfer for all.
 
@@ -114,20 +114,20 @@ def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
     """
     results = [None] * len(pairs)
     todo = []
-    for i, (actual, expected) in enumerate(pairs):
-        shape = tuple(expected.shape)
-        if tuple(actual.shape) != shape:
+    for i, pair in enumerate(pairs):
+        shape = tuple(pair.expected.shape)
+        if tuple(pair.actual.shape) != shape:
             results[i] = TensorCheck(name, shape, False, [Kind.SHAPE.value],
-                                     bound={"expected_shape": list(shape), "actual_shape": list(actual.shape)})
+                                     bound={"expected_shape": list(shape), "actual_shape": list(pair.actual.shape)})
         else:
             results[i] = TensorCheck(name, shape, True,
                                      bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
-            if expected.numel():
+            if pair.expected.numel():
                 todo.append(i)
     if not todo:
         return results
-    device = pairs[todo[0]][1].device
-    sizes = [pairs[i][1].numel() for i in todo]
+    device = pairs[todo[0]].expected.device
+    sizes = [pairs[i].expected.numel() for i in todo]
     padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
     offsets = list(itertools.accumulate(padded[:-1], initial=0))
     total = sum(padded)
@@ -135,8 +135,8 @@ def _check_values(name: str, pairs: list, bound: Bound) -> list[TensorCheck]:
     a = torch.zeros(total, dtype=torch.float64, device=device)
     e = torch.zeros(total, dtype=torch.float64, device=device)
     for i, start, n in zip(todo, offsets, sizes):
-        a[start:start + n].copy_(pairs[i][0].reshape(-1))
-        e[start:start + n].copy_(pairs[i][1].reshape(-1))
+        a[start:start + n].copy_(pairs[i].actual.reshape(-1))
+        e[start:start + n].copy_(pairs[i].expected.reshape(-1))
     same_nan = torch.isnan(a) == torch.isnan(e)
     same_inf = (torch.isposinf(a) == torch.isposinf(e)) & (torch.isneginf(a) == torch.isneginf(e))
     finite = torch.isfinite(a) & torch.isfinite(e)

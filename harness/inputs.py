@@ -203,8 +203,8 @@ class KVStore:
                                     pool_pages=case.pool_pages, shared_pages=shared,
                                     pinned_pages=pinned_pages_for(case))
         validate_req_to_token(self.index_layout)
-        built = self.index_layout
-        validate_block_table(built.block_table, built.cache_seqlens, built.num_pages, case.page_size)
+        validate_block_table(self.index_layout.block_table, self.index_layout.cache_seqlens,
+                             self.index_layout.num_pages, case.page_size)
         self.layout = self.index_layout.to(device)     # what the kernel is given; index_layout does the writes
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
         self.fp8 = case.dtype.startswith("fp8")

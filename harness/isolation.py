@@ -24,7 +24,6 @@ from .status import Status
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
-COMPARING = "comparing"   # what a worker that died after its chunk's last kernel was doing
 
 
 def _context_lost(device):
@@ -162,7 +161,8 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
     memory = memory or MemoryGate()
     todo = [list(c) for c in chunks if c]
-    threads = _parent_threads()
+    import torch
+    threads = torch.get_num_threads()
 
     def start_worker():
         return Worker(ctx, backend_spec, device, threads, run_chunk, startup_timeout_s)
@@ -231,7 +231,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                 if w.chunk is not None:
                     case, others = w.in_hand()
                     if case is None and len(others) == 1:       # died comparing a chunk of one: that case
-                        case, others, reason = others[0], [], f"{reason} while {COMPARING}"
+                        case, others, reason = others[0], [], f"{reason} while comparing"
                     if case is not None:
                         on_row(crash_row(case, status, reason))
                     requeue(others)
@@ -243,7 +243,3 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
         for w in pool:
             w.stop(kill=True)
 
-
-def _parent_threads() -> int:
-    import torch
-    return torch.get_num_threads()

@@ -35,6 +35,11 @@ def _size(dtype_name: str) -> int:
 
 def estimated_bytes(case: Case) -> dict[str, int]:
     """Peak bytes by part, and their ``total``: pools + the larger of input building and checking."""
+    return dict(_estimate(case))
+
+
+@cache      # asked for every case by the size check, the chunk plan and the memory gate
+def _estimate(case: Case) -> dict[str, int]:
     cache = cache_seqlens_for(case, draw_seq_lens(case))
     P, h_kv, d = case.page_size, case.kv_heads, case.d_qk
     b, s_q, h_q = case.batch_size, case.s_q, case.heads
@@ -109,10 +114,9 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 
 
-@cache      # asked for every case when chunks are planned and again when they are sent
 def peak_bytes(case: Case) -> int:
     """The case's estimated peak memory: what a worker holds while it runs the case."""
-    return estimated_bytes(case)["total"]
+    return _estimate(case)["total"]
 
 
 # A worker's CUDA context, the kernel's workspace and its allocator's cache of small cases

@@ -146,7 +146,7 @@ def verdicts(answers: list[Answer]) -> list[Outcome]:
         for (name, bound), items in batches.items():
             for (i, _), check in zip(items, check_tensors(name, [p for _, p in items], bound)):
                 checks[i][name] = check
-        samples = out_samples(answers)
+        samples = out_samples([(a.case.seed, a.out) for a in answers])
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i]) for i, a in enumerate(answers)]
         sync(answers[0].inputs.device if answers else "cpu")
@@ -185,14 +185,8 @@ def sample_positions(seed: int, n: int) -> torch.Tensor:
     return torch.randint(0, n, (min(SAMPLE_SIZE, n),), generator=torch.Generator().manual_seed(seed))
 
 
-def out_sample(seed: int, out: torch.Tensor) -> dict:
-    """The kernel's out at the case's sample positions."""
-    return out_samples([(seed, out)])[0]
-
-
-def out_samples(answers) -> list[dict]:
-    """``out_sample`` of many answers (``Answer``s or ``(seed, out)`` pairs) in one device-to-host transfer."""
-    taken = [(a.case.seed, a.out) if isinstance(a, Answer) else a for a in answers]
+def out_samples(taken: list[tuple]) -> list[dict]:
+    """Each ``(case seed, out)``'s out at its sample positions, all in one device-to-host transfer."""
     positions = [sample_positions(seed, out.numel()) if out.numel() else torch.zeros(0, dtype=torch.long)
                  for seed, out in taken]
     gathered = [out.reshape(-1)[p.to(out.device)].double() for (_, out), p in zip(taken, positions)]
