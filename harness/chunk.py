@@ -131,5 +131,7 @@ def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
 
 
 def _row(case, backend, backend_spec, device, outcome: Outcome, clock: PhaseClock, wall_s: float) -> dict:
-    outcome.phase_ms = dict(clock.ms)
+    outcome.phase_ms = clock.read()
+    if outcome.reference_ms is not None:      # the device's time for the oracle, not the host's for queueing it
+        outcome.reference_ms = outcome.phase_ms.get("oracle", 0.0) + outcome.phase_ms.get("compare", 0.0)
     return result_row(case, backend, backend_spec, device, outcome, wall_s).to_json()

@@ -14,6 +14,7 @@ tokens poisons its output.
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from reference import FP8_MAX, quantize_fp8
@@ -27,10 +28,10 @@ from .pool import (
     build_block_table,
     padding_fill,
     pages_for,
-    token_index,
     validate_block_table,
     validate_req_to_token,
 )
+from .transfer import to_device
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -48,6 +49,21 @@ def torch_dtype(name: str) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype '{name}'")
     return dtype
+
+
+@dataclass(frozen=True)
+class HostCopy:
+    """CPU copies of the block table and lengths, as the harness built them before sending them.  The
+    launch gate, the oracle and the row read these instead of waiting on the device; they are used
+    only while the ``Inputs`` still hold the very tensors that were sent (``describes``)."""
+
+    block_table: torch.Tensor
+    cache_seqlens: torch.Tensor
+    seq_lens: torch.Tensor
+    sent: tuple                       # the device tensors (block_table, cache_seqlens, seq_lens) copied from these
+
+    def describes(self, inputs: "Inputs") -> bool:
+        return all(a is b for a, b in zip(self.sent, (inputs.block_table, inputs.cache_seqlens, inputs.seq_lens)))
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,7 @@ class Inputs:
     descale_k: torch.Tensor | None
     q_model: torch.Tensor | None      # fp8 only: q before quantisation (model dtype)
     kv_pool_model: torch.Tensor | None  # fp8 only: the pool before quantisation
+    host: HostCopy | None = None      # host copies of the table and lengths (see ``host_copy``)
 
     @property
     def device(self) -> torch.device:
@@ -102,6 +119,23 @@ class Inputs:
     @property
     def is_fp8(self) -> bool:
         return self.descale_k is not None
+
+
+def host_copy(inputs: Inputs) -> HostCopy:
+    """The block table and lengths of these inputs on the CPU: the copies made before they were sent,
+    or read back from the device when the inputs were built some other way."""
+    if inputs.host is not None and inputs.host.describes(inputs):
+        return inputs.host
+    return HostCopy(inputs.block_table.cpu(), inputs.cache_seqlens.cpu(), inputs.seq_lens.cpu(),
+                    (inputs.block_table, inputs.cache_seqlens, inputs.seq_lens))
+
+
+def host_cache_seqlens(inputs: Inputs) -> list[int]:
+    """``cache_seqlens`` as ints: from the host copy while it still describes them, so no wait on the device."""
+    host = inputs.host
+    if host is not None and host.sent[1] is inputs.cache_seqlens:
+        return host.cache_seqlens.tolist()
+    return inputs.cache_seqlens.tolist()
 
 
 def draw_seq_lens(case: Case) -> list[int]:
@@ -148,24 +182,25 @@ def pinned_pages_for(case: Case) -> list[int]:
     return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)
 
 
-def write_kv(pool: torch.Tensor, layout: PageLayout, tokens: torch.Tensor, first: list[int], last: list[int]):
-    """Scatter tokens ``first[r] .. last[r]`` of each request into their slots (set_kv_buffer).
+def write_slots(layout: PageLayout, first: list[int], last: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's writes of tokens ``first[r] .. last[r]`` of each request (set_kv_buffer), worked
+    out on the host from a CPU layout: each token's KV slot, and its index in the tokens of all
+    requests back to back (request r starts at the sum of the earlier ``layout.cache_seqlens``)."""
+    lengths = layout.cache_seqlens.numpy().astype(np.int64)
+    first = np.asarray(first, dtype=np.int64)
+    count = np.clip(np.asarray(last, dtype=np.int64) - first, 0, None)
+    request = np.repeat(np.arange(len(count)), count)
+    t = np.arange(len(request)) - np.repeat(np.cumsum(count) - count, count) + first[request]  # position in request
+    rows = layout.req_pool_indices.numpy()[request]
+    slots = layout.req_to_token.numpy()[rows, t]
+    source = (np.cumsum(lengths) - lengths)[request] + t
+    return torch.from_numpy(slots.astype(np.int32)), torch.from_numpy(source.astype(np.int32))
 
-    ``tokens`` holds every request's tokens back to back (request r starts at the
-    sum of the earlier requests' ``layout.cache_seqlens``).
-    """
-    dev = layout.req_to_token.device
-    first_t = torch.tensor(first, dtype=torch.long)
-    count = (torch.tensor(last, dtype=torch.long) - first_t).clamp(min=0)
-    if not int(count.sum()):
-        return
-    request, i = token_index(count, dev)
-    t = first_t.to(dev)[request] + i                              # position in its request
-    lengths = layout.cache_seqlens.long().to(dev)
-    starts = torch.cumsum(lengths, 0) - lengths
-    slots = layout.req_to_token[layout.req_pool_indices.to(dev).long()[request], t].long()
+
+def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, source: torch.Tensor | None):
+    """Scatter ``tokens[source]`` (all of them, in order, when ``source`` is None) into pool slots."""
     flat = pool.view(-1, *pool.shape[2:])
-    flat[slots.to(pool.device)] = tokens[(starts[request] + t).to(tokens.device)]
+    flat[slots] = tokens if source is None else tokens[source]
 
 
 def k_scale_for(case: Case, tokens: torch.Tensor) -> float:
@@ -180,9 +215,6 @@ def model_dtype_of(case: Case) -> torch.dtype:
     return torch.bfloat16 if case.dtype.startswith("fp8") else TORCH_DTYPES[case.dtype]
 
 
-HOST_LAYOUT_TOKENS = 1 << 17     # cached tokens up to which a case's page layout is built on the CPU
-
-
 class KVStore:
     """The engine's KV cache for one case: pages allocated for every request's final length, all
     poisoned, filled by the engine's writes as requests grow (``write_up_to``).
@@ -195,17 +227,19 @@ class KVStore:
     def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device):
         self.case = case
         shared = shared_pages_for(case, final_lengths)
-        # The layout is integers: built and checked on the CPU it is the same, and for a small case
-        # far cheaper than dozens of tiny device launches; a serving-scale one is built on the device.
-        where = "cpu" if sum(final_lengths) <= HOST_LAYOUT_TOKENS else device
+        # The layout is integers, built and checked on the host in a few array operations, then sent
+        # in one copy; index_layout (on the CPU) works out the writes.
         self.index_layout = allocate(final_lengths, case.page_size, case.extra_pages,
-                                    torch.Generator().manual_seed(case.seed + 1), padding=case.padding, device=where,
-                                    pool_pages=case.pool_pages, shared_pages=shared,
-                                    pinned_pages=pinned_pages_for(case))
+                                     torch.Generator().manual_seed(case.seed + 1), padding=case.padding,
+                                     pool_pages=case.pool_pages, shared_pages=shared,
+                                     pinned_pages=pinned_pages_for(case))
         validate_req_to_token(self.index_layout)
         validate_block_table(self.index_layout.block_table, self.index_layout.cache_seqlens,
                              self.index_layout.num_pages, case.page_size)
-        self.layout = self.index_layout.to(device)     # what the kernel is given; index_layout does the writes
+        lay = self.index_layout
+        sent = to_device([lay.req_to_token, lay.req_pool_indices, lay.block_table, lay.cache_seqlens,
+                          lay.used_pages], device)
+        self.layout = PageLayout(lay.page_size, lay.num_pages, *sent)   # what the kernel is given
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
         self.fp8 = case.dtype.startswith("fp8")
         self.tokens = tokens
@@ -225,9 +259,14 @@ class KVStore:
 
     def write_up_to(self, lengths: list[int]):
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
+        first = self.written[:len(lengths)]
+        slots, source = write_slots(self.index_layout, first, lengths)
+        in_order = len(source) == len(self.tokens) and bool((source.numpy() == np.arange(len(source))).all())
+        slots, source = to_device([slots, source], self.pool.device)
+        source = None if in_order else source      # every token, in order: no gather of the tokens
         for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \
                 else ((self.pool, self.stored),):
-            write_kv(pool, self.index_layout, src, self.written[:len(lengths)], lengths)
+            write_kv(pool, src, slots, source)
         for r, n in enumerate(lengths):
             self.written[r] = max(self.written[r], n)
 
@@ -238,20 +277,27 @@ class KVStore:
         """
         case, lay, bs = self.case, self.layout, len(cache)
         device = q_model.device
+        drafts = case.s_q if case.mode == "verify" else 0
+        seq_lens = [n - drafts for n in cache]
+        host_lengths = [torch.tensor(cache, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32)]
+        cache_t, seq_t = to_device(host_lengths, device)
         if table is None:
             width = max(1, max((pages_for(n, case.page_size) for n in cache), default=1))
-            table = build_block_table(lay.req_to_token, lay.req_pool_indices[:bs], cache, case.page_size, width,
-                                      padding_fill(case.padding)).to(device)
-        drafts = case.s_q if case.mode == "verify" else 0
+            host_table = build_block_table(self.index_layout.req_to_token, self.index_layout.req_pool_indices[:bs],
+                                           cache, case.page_size, width, padding_fill(case.padding))
+            table = to_device([host_table], device)[0]
+        elif table is lay.block_table:
+            host_table = self.index_layout.block_table
+        else:
+            host_table = None             # the caller's own table: host_copy reads it back when asked
         q = quantize_fp8(q_model, self.k_scale, self.pool.dtype) if self.fp8 else q_model
+        host = None if host_table is None else HostCopy(host_table, *host_lengths, (table, cache_t, seq_t))
         return Inputs(
-            q=q, kv_pool=self.pool, block_table=table,
-            cache_seqlens=torch.tensor(cache, dtype=torch.int32, device=device),
-            seq_lens=torch.tensor([n - drafts for n in cache], dtype=torch.int32, device=device),
+            q=q, kv_pool=self.pool, block_table=table, cache_seqlens=cache_t, seq_lens=seq_t,
             req_to_token=lay.req_to_token, req_pool_indices=lay.req_pool_indices[:bs],
             mode=case.mode, softmax_scale=case.softmax_scale, d_v=case.d_v, causal=case.causal,
             descale_q=self.descale, descale_k=None if self.descale is None else self.descale.clone(),
-            q_model=q_model if self.fp8 else None, kv_pool_model=self.pool_model if self.fp8 else None)
+            q_model=q_model if self.fp8 else None, kv_pool_model=self.pool_model if self.fp8 else None, host=host)
 
 
 def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:
@@ -265,6 +311,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).to(model_dtype)
     tokens = torch.randn(sum(cache), case.kv_heads, d, generator=gen, device=device).to(model_dtype)
     store = KVStore(case, cache, tokens, device)
-    store.write_up_to([n - (s_q if case.mode == "verify" else 0) for n in cache])    # the cached prefix
-    store.write_up_to(cache)                                                          # verify: the drafts
+    # The engine writes the cached prefix, then (verify) the drafts, before the call; no slot is written
+    # twice, so one write of every token leaves the same pool.
+    store.write_up_to(cache)
     return store.inputs(q, cache, table=store.layout.block_table)

@@ -25,10 +25,17 @@ class PhaseError(Exception):
 
 
 class PhaseClock:
-    """Milliseconds spent in each phase of the case run inside ``with clock:`` (summed over repeats)."""
+    """Milliseconds spent in each phase of the case run inside ``with clock:`` (summed over repeats).
+
+    Where CUDA is in use a phase is timed with CUDA events, on the device's timeline: from when the
+    device reached the phase's start to when it finished the phase's work.  Nothing waits for that:
+    the host runs ahead, queueing the next case's work while the device works, and the times are
+    read once the device is done with them (``read``).  Without CUDA, host wall-clock time.
+    """
 
     def __init__(self):
         self.ms: dict[str, float] = {}
+        self._pending = []        # (name, start event, end event, host ms): read by ``read``
         self._token = None
 
     def __enter__(self):
@@ -41,32 +48,62 @@ class PhaseClock:
     def add(self, name: str, ms: float):
         self.ms[name] = self.ms.get(name, 0.0) + ms
 
+    def close(self, name: str, start: "_Mark"):
+        end = _Mark.now()
+        host_ms = (end.seconds - start.seconds) * 1e3
+        if start.event is not None and end.event is not None:
+            self._pending.append((name, start.event, end.event, host_ms))
+        else:
+            self.add(name, host_ms)
+
+    def read(self) -> dict:
+        """Every phase's milliseconds, once the device has finished them (host time for a phase whose
+        events cannot be read: a context lost to a sticky CUDA error)."""
+        for name, start, end, host_ms in self._pending:
+            try:
+                end.synchronize()
+                self.add(name, start.elapsed_time(end))
+            except Exception:
+                self.add(name, host_ms)
+        self._pending.clear()
+        return dict(self.ms)
+
+
+class _Mark:
+    """A point in time: on the host, and as a CUDA event on the current stream when CUDA is in use."""
+
+    def __init__(self, seconds: float, event):
+        self.seconds, self.event = seconds, event
+
+    @classmethod
+    def now(cls) -> "_Mark":
+        import torch
+        event = None
+        if torch.cuda.is_initialized():
+            try:
+                event = torch.cuda.Event(enable_timing=True)
+                event.record()
+            except Exception:     # a context lost to a sticky error: host time only
+                event = None
+        return cls(time.perf_counter(), event)
+
 
 _CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=None)
-
-
-def _settle():
-    """Wait for queued GPU work, so a phase is charged for its own kernels and not the next phase's."""
-    import torch
-    if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 @contextmanager
 def phase(name: str):
     clock = _CLOCK.get()
-    started = time.perf_counter()
+    start = _Mark.now() if clock is not None else None
     try:
         yield
-        if clock is not None:
-            _settle()
     except (InputError, Unsupported, PhaseError):   # bad input, and a kernel's refusal, are not faults
         raise
     except Exception as e:
         raise PhaseError(name, e).with_traceback(e.__traceback__) from e
     finally:
         if clock is not None:
-            clock.add(name, (time.perf_counter() - started) * 1e3)
+            clock.close(name, start)
 
 
 def is_out_of_memory(error: BaseException) -> bool:

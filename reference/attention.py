@@ -77,9 +77,23 @@ def mla_attention_loop(q, kv_pool, block_table, cache_seqlens, softmax_scale, d_
     return out, lse
 
 
+def _plan_chunks(lengths: list[int], per_key: int, max_elements: int) -> list[tuple[int, int]]:
+    """``(start, end)`` ranges of requests taken shortest first, each small enough to pad to its longest."""
+    sorted_lengths = sorted(max(n, 0) for n in lengths)
+    chunks, start = [], 0
+    while start < len(sorted_lengths):
+        end = start + 1                     # sorted: the chunk's last request is its longest
+        while end < len(sorted_lengths) and \
+                (end + 1 - start) * max(sorted_lengths[end], 1) * per_key <= max_elements:
+            end += 1
+        chunks.append((start, end))
+        start = end
+    return chunks
+
+
 def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale, d_v,
                           causal=True, descale_q=None, descale_k=None,
-                          max_elements=2**28, compute_dtype=torch.float64):
+                          max_elements=2**28, compute_dtype=torch.float64, host_lengths=None):
     """The same function, padded and vectorised over requests, heads and tokens.
 
     Requests are taken shortest first in chunks, each padded to its longest request and
@@ -87,60 +101,62 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
     entries: a long-tail batch of 512 pads little, and only the pages a chunk reads are
     gathered (on the pool's device) and widened to ``compute_dtype``.  Padded key slots
     are masked by selection (not by adding -inf), so poisoned (NaN) memory outside a
-    request never leaks in.
+    request never leaks in.  ``host_lengths``: ``cache_seqlens`` as ints, when the caller
+    has them, so planning the chunks needs no wait on the device.
     """
     b, s_q, h_q, d_qk = q.shape
+    h_kv = kv_pool.shape[2]
+    device = q.device
+    seqlens = cache_seqlens.to(device).long()
+    lengths = cache_seqlens.tolist() if host_lengths is None else list(host_lengths)
+    # both the scores (s_q * h_q per key) and the gathered keys (h_kv * d_qk per key) count
+    chunks = _plan_chunks(lengths, max(s_q * h_q, h_kv * d_qk), max_elements)
+    if len(chunks) == 1:          # one chunk (the usual case): every request, in its own order
+        return _attend(q, kv_pool, block_table, seqlens, max(max(lengths), 0), softmax_scale, d_v, causal,
+                       descale_q, descale_k, compute_dtype)
+    out = torch.zeros(b, s_q, h_q, d_v, dtype=compute_dtype, device=device)
+    lse = torch.full((b, h_q, s_q), math.inf, dtype=compute_dtype, device=device)
+    order = torch.argsort(seqlens, stable=True)       # the same order _plan_chunks sorted the host's copy in
+    longest = sorted(max(n, 0) for n in lengths)
+    for start, end in chunks:
+        rows = order[start:end]
+        out[rows], lse[rows] = _attend(q[rows], kv_pool, block_table[rows], seqlens[rows], longest[end - 1],
+                                       softmax_scale, d_v, causal, descale_q, descale_k, compute_dtype)
+    return out, lse
+
+
+def _attend(q, kv_pool, block_table, L, n_keys, softmax_scale, d_v, causal, descale_q, descale_k, compute_dtype):
+    """Attention for requests of lengths ``L`` (a device tensor), the longest ``n_keys`` long."""
+    c, s_q, h_q, d_qk = q.shape
     page_size, h_kv = kv_pool.shape[1], kv_pool.shape[2]
     group = h_q // h_kv
     device = q.device
-    seqlens = cache_seqlens.to(device).long()
-    out = torch.zeros(b, s_q, h_q, d_v, dtype=compute_dtype, device=device)
-    lse = torch.full((b, h_q, s_q), math.inf, dtype=compute_dtype, device=device)
-    if b == 0:
-        return out, lse
-    block_table = block_table.to(device)
-    order = torch.argsort(seqlens, stable=True)
-    sorted_lengths = seqlens[order].clamp(min=0).tolist()
-    # both the scores (s_q * h_q per key) and the gathered keys (h_kv * d_qk per key) count
-    per_key = max(s_q * h_q, h_kv * d_qk)
+    if c == 0 or n_keys == 0:
+        return (torch.zeros(c, s_q, h_q, d_v, dtype=compute_dtype, device=device),
+                torch.full((c, h_q, s_q), math.inf, dtype=compute_dtype, device=device))
+    t = torch.arange(n_keys, device=device)
+    in_seq = t[None, :] < L[:, None]                                   # (c, n)
+    n_pages_used = (n_keys + page_size - 1) // page_size
+    page_ids = block_table[:, :n_pages_used].long()[:, t // page_size]
+    slots = torch.where(in_seq, page_ids * page_size + t % page_size, 0)   # never index padding
+    pool_device = kv_pool.device
+    keys = kv_pool.flatten(0, 1)[slots.to(pool_device)]         # (c, n, h_kv, d)
+    keys = _read(keys.to(device), descale_k, compute_dtype)
+    keys.masked_fill_(~in_seq[:, :, None, None], 0.0)                 # in place: the chunk's biggest tensor
+    # the softmax scale goes on q (small) rather than on the scores (the biggest tensor but one)
+    qf = (_read(q, descale_q, compute_dtype) * softmax_scale).view(-1, s_q, h_kv, group, d_qk)
+    scores = torch.einsum("csgjd,cngd->cgjsn", qf, keys).flatten(1, 2)  # (c, h_q, s_q, n)
     i = torch.arange(s_q, device=device)
-    start = 0
-    while start < b:
-        end = start + 1                     # sorted: the chunk's last request is its longest
-        while end < b and (end + 1 - start) * max(sorted_lengths[end], 1) * per_key <= max_elements:
-            end += 1
-        rows = order[start:end]
-        start = end
-        L = seqlens[rows]                                              # (c,)
-        n_keys = int(L.max().clamp(min=0))
-        if n_keys == 0:
-            continue
-        t = torch.arange(n_keys, device=device)
-        in_seq = t[None, :] < L[:, None]                               # (c, n)
-        n_pages_used = (n_keys + page_size - 1) // page_size
-        table = block_table[rows, :n_pages_used].long()
-        page_ids = table[:, t // page_size]
-        page_ids = torch.where(in_seq, page_ids, torch.zeros_like(page_ids))  # never index padding
-        pool_device = kv_pool.device
-        keys = kv_pool[page_ids.to(pool_device), (t % page_size).to(pool_device)]   # (c, n, h_kv, d)
-        keys = _read(keys.to(device), descale_k, compute_dtype)
-        keys.masked_fill_(~in_seq[:, :, None, None], 0.0)             # in place: the chunk's biggest tensor
-        qf = _read(q[rows], descale_q, compute_dtype)                  # (c, s_q, h_q, d)
-        qf = qf.view(-1, s_q, h_kv, group, d_qk)
-        scores = torch.einsum("csgjd,cngd->cgjsn", qf, keys).flatten(1, 2) * softmax_scale  # (c, h_q, s_q, n)
-        if causal:
-            limit = (L[:, None] - s_q + i[None, :] + 1).clamp(min=0)   # (c, s_q)
-        else:
-            limit = L[:, None].expand(-1, s_q).clamp(min=0)
-        visible = t[None, None, :] < limit[:, :, None]                 # (c, s_q, n)
-        visible = visible[:, None, :, :]                               # (c, 1, s_q, n)
-        scores.masked_fill_(~visible, -math.inf)
-        row_lse = torch.logsumexp(scores, dim=-1)                      # (c, h_q, s_q)
-        empty = torch.isneginf(row_lse)
-        p = scores.sub_(torch.where(empty, torch.zeros_like(row_lse), row_lse)[..., None]).exp_()
-        values = keys[..., :d_v]                                       # (c, n, h_kv, d_v)
-        p = p.view(-1, h_kv, group, s_q, n_keys)
-        o = torch.einsum("cgjsn,cngd->csgjd", p, values).flatten(2, 3)  # (c, s_q, h_q, d_v)
-        out[rows] = o
-        lse[rows] = torch.where(empty, torch.full_like(row_lse, math.inf), row_lse)
-    return out, lse
+    if causal:
+        limit = (L[:, None] - s_q + i[None, :] + 1).clamp(min=0)       # (c, s_q)
+    else:
+        limit = L[:, None].expand(-1, s_q).clamp(min=0)
+    visible = t[None, None, :] < limit[:, :, None]                     # (c, s_q, n)
+    scores.masked_fill_(~visible[:, None, :, :], -math.inf)
+    row_lse = torch.logsumexp(scores, dim=-1)                          # (c, h_q, s_q)
+    empty = torch.isneginf(row_lse)
+    p = scores.sub_(torch.where(empty, 0.0, row_lse)[..., None]).exp_()
+    values = keys[..., :d_v]                                           # (c, n, h_kv, d_v)
+    p = p.view(-1, h_kv, group, s_q, n_keys)
+    o = torch.einsum("cgjsn,cngd->csgjd", p, values).flatten(2, 3)    # (c, s_q, h_q, d_v)
+    return o.contiguous(), torch.where(empty, math.inf, row_lse)

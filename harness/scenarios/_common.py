@@ -10,11 +10,12 @@ from .. import diagnostics, oracle
 from ..checks import TENSORS, tensor_check
 from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
 from ..conventions import kernel_view
-from ..inputs import Inputs, generate, torch_dtype
+from ..inputs import Inputs, generate, host_copy, torch_dtype
 from ..outcome import Outcome
 from ..phases import KERNEL, phase
 from ..pool import validate_block_table
 from ..tolerances import TOLERANCES, Tolerance
+from ..transfer import to_device
 
 
 def sync(device):
@@ -29,7 +30,8 @@ def build_inputs(case, device) -> Inputs:
 
 def launch(backend, inputs: Inputs):
     """Gate, run and time one kernel call; returns the kernel's own ``(out, lse, kernel_ms)``."""
-    validate_block_table(inputs.block_table, inputs.cache_seqlens, inputs.num_pages, inputs.page_size)
+    host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
+    validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
     sync(inputs.device)
     with phase(KERNEL):
         if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
@@ -163,15 +165,15 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
     # no LSE from the kernel: the LSE panels compare the oracle with itself (all zero error)
     lse = exp_lse if a.lse is None else lse_base_e(a.lse, a.backend.capabilities)
     diag = diagnostics.summarize(a.inputs, a.out, lse, exp_out, exp_lse, TOLERANCES[a.case.dtype]) if failed else None
-    inputs = a.inputs
+    host = host_copy(a.inputs)
     return Outcome.judged(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(a.extra_failures)),
         metrics={**{c.name: c.to_dict() for c in results}, **(a.extra_metrics or {}), "out_sample": sample},
         messages=[describe_failure(a.case.id, c) for c in failed] + list(a.extra_messages),
         warnings=[describe_failure(a.case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,
-        details={"seq_lens": inputs.seq_lens.tolist(), "cache_seqlens": inputs.cache_seqlens.tolist(),
-                 "k_scale": None if inputs.descale_k is None else float(inputs.descale_k[0]),
+        details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
+                 "k_scale": None if a.inputs.descale_k is None else float(a.inputs.descale_k[0]),
                  **({"lse_produced": False} if a.lse is None else {})},
         kernel_ms=a.kernel_ms)
 
@@ -186,11 +188,16 @@ def sample_positions(seed: int, n: int) -> torch.Tensor:
 
 
 def out_samples(taken: list[tuple]) -> list[dict]:
-    """Each ``(case seed, out)``'s out at its sample positions, all in one device-to-host transfer."""
+    """Each ``(case seed, out)``'s out at its sample positions: one copy of the positions to the device,
+    one transfer of the values back."""
     positions = [sample_positions(seed, out.numel()) if out.numel() else torch.zeros(0, dtype=torch.long)
                  for seed, out in taken]
-    gathered = [out.reshape(-1)[p.to(out.device)].double() for (_, out), p in zip(taken, positions)]
-    values = torch.cat([g.to(gathered[0].device) for g in gathered]).tolist() if gathered else []
+    if not taken:
+        return []
+    device = taken[0][1].device
+    sent = to_device([p.to(torch.int32) for p in positions], device)
+    gathered = [out.reshape(-1)[p.to(out.device)].double().to(device) for (_, out), p in zip(taken, sent)]
+    values = torch.cat(gathered).tolist()
     samples, at = [], 0
     for p in positions:
         samples.append({"positions": p.tolist(), "values": values[at:at + len(p)]})

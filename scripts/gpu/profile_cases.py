@@ -1,6 +1,7 @@
 """Profile chunked runs in this process (no isolation) on the small cases of a suite: where the host time goes.
 
-Usage: python scripts/gpu/profile_cases.py SUITE BACKEND DEVICE [N] > profile.txt
+Usage: python scripts/gpu/profile_cases.py SUITE BACKEND DEVICE [N|all] > profile.txt
+(N: the first N cases with L <= 140; all: every case of the suite, in its order)
 """
 import cProfile
 import pstats
@@ -12,9 +13,9 @@ from harness.backend_loader import load_backend
 from harness import chunk
 
 suite, spec, device = sys.argv[1:4]
-n = int(sys.argv[4]) if len(sys.argv) > 4 else 400
+n = sys.argv[4] if len(sys.argv) > 4 else "400"
 cases = case_mod.load_suite(suite).cases
-small = [c for c in cases if "4096" not in c.seqlen][:n]
+small = cases if n == "all" else [c for c in cases if "4096" not in c.seqlen][:int(n)]
 backend = load_backend(spec)
 chunk.run_chunk(small[:20], backend, spec, device)
 profile = cProfile.Profile()
@@ -23,7 +24,7 @@ profile.enable()
 rows = [row for cases in chunk.plan(small) for row in chunk.run_chunk(cases, backend, spec, device)]
 profile.disable()
 wall = time.perf_counter() - t0
-print(f"{len(small)} small cases in {wall:.2f} s: {len(small) / wall:.1f} cases/s; "
+print(f"{len(small)} cases in {wall:.2f} s: {len(small) / wall:.1f} cases/s; "
       f"kernel {sum(r.get('kernel_ms') or 0 for r in rows) / 1e3:.2f} s, "
       f"oracle+compare {sum(r.get('reference_ms') or 0 for r in rows) / 1e3:.2f} s")
 stats = pstats.Stats(profile)
