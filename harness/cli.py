@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-from . import commands
+from . import commands, spare_workers
 from .errors import EXIT_BAD_INPUT, InputError
 
 
@@ -39,8 +39,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _wants_workers(argv: list[str]) -> bool:
+    """``run`` with crash isolation (the default): its worker can start before this process imports torch."""
+    if not argv or argv[0] != "run" or any(a in ("-h", "--help") for a in argv):
+        return False
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--workers=") else \
+            argv[i + 1] if a == "--workers" and i + 1 < len(argv) else None
+        if value is not None and value.strip() == "0":
+            return False
+    return True
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if _wants_workers(argv):
+        spare_workers.start()
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         return args.func(args)

@@ -12,11 +12,11 @@ sticky (the context is unusable afterwards), so a worker that hits one reports
 the case as ``crash`` and exits to be replaced.
 """
 
-import multiprocessing as mp
 import signal
 import time
 from multiprocessing.connection import wait
 
+from . import spare_workers
 from .checks import CRASH
 from .chunk import ContextLost
 from .errors import InputError
@@ -33,10 +33,16 @@ def _context_lost(device):
     return lost
 
 
-def _worker_main(conn, progress, backend_spec, device, threads, run_chunk):
-    from .backend_loader import load_backend
+def serve(conn, progress):
+    """A worker's life: told what to load (or None: not needed after all), then chunk after chunk."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    job = conn.recv()
+    if job is None:
+        return
+    backend_spec, device, threads, run_chunk = job
     import torch
+
+    from .backend_loader import load_backend
     # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
     # splits its work over the threads, so another count gives other last bits in the metrics
     torch.set_num_threads(threads)
@@ -72,13 +78,10 @@ def _worker_main(conn, progress, backend_spec, device, threads, run_chunk):
 
 
 class Worker:
-    def __init__(self, ctx, backend_spec, device, threads, run_chunk, startup_timeout_s):
-        self.conn, child = ctx.Pipe()
-        self.progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see run_chunk's on_start)
-        self.proc = ctx.Process(target=_worker_main, daemon=True,
-                                args=(child, self.progress, backend_spec, device, threads, run_chunk))
-        self.proc.start()
-        child.close()
+    def __init__(self, backend_spec, device, threads, run_chunk, startup_timeout_s):
+        # a spare started before the parent imported torch (spare_workers), or a new process
+        self.proc, self.conn, self.progress = spare_workers.take() or spare_workers.spawn()
+        self.conn.send((backend_spec, device, threads, run_chunk))
         self.chunk = None
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
         self.deadline = time.monotonic() + startup_timeout_s
@@ -158,14 +161,13 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     module-level function, so it pickles by name); ``crash_row(case, status, reason)`` builds the
     row of a case whose worker died or hung.  ``timeout_s`` bounds each case, not each chunk.
     """
-    ctx = mp.get_context("spawn")        # never fork a process that may hold a CUDA context
     memory = memory or MemoryGate()
     todo = [list(c) for c in chunks if c]
     import torch
     threads = torch.get_num_threads()
 
     def start_worker():
-        return Worker(ctx, backend_spec, device, threads, run_chunk, startup_timeout_s)
+        return Worker(backend_spec, device, threads, run_chunk, startup_timeout_s)
 
     def requeue(cases):
         """Cases whose rows died with a worker run again, one per chunk: should one of them be

@@ -17,10 +17,18 @@ size (hundreds of thousands of pages) with the live pages spread over all of
 it, and requests may share a prefix's pages, as SGLang's radix cache does.  ``validate_block_table`` is the gate every
 kernel launch goes through: no kernel ever sees a table that is out of range or
 too short for its seq lens.
+
+All of this integer work runs in numpy on the host, a few whole-array
+operations per call: done as many small torch ops it cost milliseconds of
+per-op overhead per case, and a device sync per read-back when a layout lived
+on the GPU.  Tensors go to their device once, at the end; a CUDA input is read
+back in one copy.  The random draws stay torch's (``torch.randperm`` on the
+caller's generator), so a seed gives the same layout as ever, on every device.
 """
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .errors import InputError
@@ -53,7 +61,7 @@ class PageLayout:
 
 
 def pages_for(n_tokens, page_size: int):
-    """Pages that hold ``n_tokens`` tokens (an int, or a tensor of counts)."""
+    """Pages that hold ``n_tokens`` tokens (an int, or a tensor or array of counts)."""
     return (n_tokens + page_size - 1) // page_size
 
 
@@ -89,20 +97,86 @@ def boundary_pages(num_pages: int, page_elements: int) -> list[int]:
     return sorted((p for p in pages if 1 <= p < num_pages), reverse=True)
 
 
+# ---- host arrays ---------------------------------------------------------------------------------
+
+def _on_host(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array: a view of a CPU tensor, one copy of a device one."""
+    return tensor.cpu().numpy()
+
+
+def _host_ints(values) -> np.ndarray:
+    """Per-request integers (seq lens, rows, shared pages) as int64, so no arithmetic on them wraps."""
+    if isinstance(values, torch.Tensor):
+        values = _on_host(values)
+    return np.asarray(values, dtype=np.int64)
+
+
+def _first(mask: np.ndarray):
+    """Index of ``mask``'s first True in row-major order (a tuple for 2-D masks)."""
+    i = int(np.argmax(mask))
+    return i if mask.ndim == 1 else tuple(int(x) for x in np.unravel_index(i, mask.shape))
+
+
+def _to_device(array: np.ndarray, device) -> torch.Tensor:
+    """The array as a tensor on ``device``: shares the array's memory on the CPU, one copy elsewhere."""
+    return torch.from_numpy(array).to(device)
+
+
+# ---- allocation ----------------------------------------------------------------------------------
+
+def _shuffled_pages(n: int, gen: torch.Generator) -> np.ndarray:
+    """Pages ``1..n`` in random order.  Drawn by torch on ``gen``, so a seed gives the same order as ever."""
+    return torch.randperm(n, generator=gen).numpy() + 1
+
+
 def choose_pages(used: int, num_pages: int, gen: torch.Generator, pinned=()) -> torch.Tensor:
     """``used`` distinct pages of ``[1, num_pages)`` in random order; the ``pinned`` ones first in line.
 
     The rest is a uniform sample of the whole range, so in a large pool the live pages spread
     over all of it; page 0 stays reserved.
     """
-    order = torch.randperm(num_pages - 1, generator=gen) + 1
-    pinned = torch.tensor(list(pinned)[:used], dtype=torch.long)
+    order = _shuffled_pages(num_pages - 1, gen)
+    pinned = np.array(list(pinned)[:used], dtype=np.int64)
     if len(pinned):
-        order = torch.cat([pinned, order[~torch.isin(order, pinned)]])
+        # the unpinned pages taken are the order's first unpinned ones, all among its first `used`:
+        # filtering only those, not the whole pool, saves a millisecond at serving scale
+        head = order[:used]
+        order = np.concatenate([pinned, head[~np.isin(head, pinned)]])
     chosen = order[:used]
     if len(pinned):                       # pinned pages go to random requests, not always the first
-        chosen = chosen[torch.randperm(used, generator=gen)]
-    return chosen.to(torch.int32)
+        chosen = chosen[torch.randperm(used, generator=gen).numpy()]
+    return torch.from_numpy(chosen.astype(np.int32))
+
+
+def _request_pages(order: np.ndarray, need: np.ndarray, shared: np.ndarray, first_own: np.ndarray) -> np.ndarray:
+    """(b, the most pages a request needs) int32: request r's page j, 0 past its last page.
+
+    Its first ``shared[r]`` pages are the common chain's (``order[j]``), the rest its own
+    (``order[first_own[r] + j - shared[r]]``).
+    """
+    j = np.arange(int(need.max(initial=0)))
+    has = j < need[:, None]
+    slot_in_order = np.where(j < shared[:, None], j, first_own[:, None] + j - shared[:, None])
+    pages = np.zeros(has.shape, dtype=np.int32)
+    pages[has] = order[slot_in_order[has]]
+    return pages
+
+
+def _req_to_token(pages: np.ndarray, lengths: np.ndarray, rows: np.ndarray, max_reqs: int,
+                  page_size: int) -> np.ndarray:
+    """(max_reqs, max_context) int32: row ``rows[r]`` holds request r's slots, page j's tokens in
+    ``pages[r, j] * page_size + 0, 1, ...``; slots past a request's last token, and spare rows, are 0.
+
+    Built in row order in one pass (rather than built per request and scattered to the rows).
+    """
+    row_pages = np.zeros((max_reqs, max(pages.shape[1], 1)), dtype=np.int32)
+    row_pages[rows, :pages.shape[1]] = pages
+    row_lengths = np.zeros(max_reqs, dtype=np.int64)
+    row_lengths[rows] = lengths
+    # int32, as the pool's slots are: one that overflows wraps as it does in an int32 tensor
+    slots = (row_pages[:, :, None] * page_size + np.arange(page_size, dtype=np.int32)).reshape(max_reqs, -1)
+    slots[np.arange(slots.shape[1]) >= row_lengths[:, None]] = 0
+    return slots
 
 
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
@@ -115,19 +189,21 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     ``shared_pages[r]``: request r's first pages are the first pages of one common
     chain (same physical pages), as a radix cache shares a matched prefix.
 
-    The page order is drawn on the CPU (so it is the same on every device); the
-    per-token work runs on ``device``.
+    The page order is drawn by torch on the CPU (so it is the same on every
+    device); everything else is built in numpy on the host and each tensor is
+    sent to ``device`` once.
     """
     if page_size < 1:
         raise InputError(f"page_size must be at least 1, got {page_size}")
     if any(n < 0 for n in cache_seqlens):
         raise InputError(f"negative seq len in {cache_seqlens}")
     b = len(cache_seqlens)
-    lengths = torch.tensor(cache_seqlens, dtype=torch.long)
+    lengths = _host_ints(cache_seqlens)
     need = pages_for(lengths, page_size)
-    shared = torch.zeros(b, dtype=torch.long) if shared_pages is None else torch.tensor(shared_pages, dtype=torch.long)
-    if bool((shared > need).any()) or bool((shared < 0).any()):
-        r = int(((shared > need) | (shared < 0)).nonzero()[0])
+    shared = np.zeros(b, dtype=np.int64) if shared_pages is None else _host_ints(shared_pages)
+    bad_share = (shared > need) | (shared < 0)
+    if bad_share.any():
+        r = _first(bad_share)
         raise InputError(f"request {r}: shares {int(shared[r])} pages but has {int(need[r])}")
     chain = int(shared.max()) if b else 0             # the common prefix's pages come first in the order
     own = need - shared
@@ -136,70 +212,140 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
         if pool_pages < 1 + used:
             raise InputError(f"pool_pages {pool_pages} cannot hold page 0 and the {used} pages the requests need")
         num_pages = pool_pages
-        order = choose_pages(used, num_pages, gen, pinned_pages)
+        order = choose_pages(used, num_pages, gen, pinned_pages).numpy()
     else:
         num_pages = 1 + used + extra_pages               # page 0 is reserved
-        order = (torch.randperm(num_pages - 1, generator=gen) + 1).to(torch.int32)
-    max_ctx = max(int(need.max()) if b else 0, 1) * page_size
+        order = _shuffled_pages(num_pages - 1, gen).astype(np.int32)
     max_reqs = b + 2                                  # spare rows, as a real pool has
-    req_pool_indices = torch.randperm(max_reqs, generator=gen)[:b].to(torch.int32)
-    first_own = chain + torch.cumsum(own, 0) - own    # request r's own pages: order[first_own[r] : + own[r]]
-    request, t = token_index(lengths, device)
-    page_of_token = t // page_size
-    shared_d = shared.to(device)[request]
-    in_chain = page_of_token < shared_d
-    slot_in_order = torch.where(in_chain, page_of_token, first_own.to(device)[request] + page_of_token - shared_d)
-    pages = order.to(device)[slot_in_order]
-    req_to_token = torch.zeros(max_reqs, max_ctx, dtype=torch.int32, device=device)
-    req_pool_indices = req_pool_indices.to(device)
-    req_to_token[req_pool_indices[request].long(), t] = (pages * page_size + (t % page_size)).to(torch.int32)
+    rows = torch.randperm(max_reqs, generator=gen)[:b].numpy().astype(np.int32)   # req_pool_indices
+    first_own = chain + np.cumsum(own) - own          # request r's own pages: order[first_own[r] : + own[r]]
+    pages = _request_pages(order, need, shared, first_own)
+    req_to_token = _req_to_token(pages, lengths, rows, max_reqs, page_size)
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
-    block_table = build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size,
-                                    width, padding_fill(padding))
-    return PageLayout(page_size, num_pages, req_to_token, req_pool_indices, block_table,
-                      lengths.to(torch.int32).to(device), order[:used].to(device))
+    # read back from req_to_token, as build_block_table does, so the two can never disagree
+    block_table = _block_table(req_to_token[:, ::page_size], rows, _pages_within(lengths, page_size, width),
+                               page_size, width, padding_fill(padding))
+    return PageLayout(page_size, num_pages, *(_to_device(a, device) for a in (
+        req_to_token, rows, block_table, lengths.astype(np.int32), order[:used])))
 
 
-def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
-    """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it."""
-    lengths = torch.as_tensor(cache_seqlens, dtype=torch.long).reshape(-1).cpu()
+# ---- block tables --------------------------------------------------------------------------------
+
+def _pages_within(lengths: np.ndarray, page_size: int, width: int) -> np.ndarray:
+    """Pages each request needs; an ``InputError`` if a table ``width`` columns wide cannot hold them."""
     need = pages_for(lengths, page_size)
     if len(need) and int(need.max()) > width:
         r = int(need.argmax())
         raise InputError(f"request {r}: {int(lengths[r])} tokens need {int(need[r])} pages "
                          f"but the table has {width} columns")
-    device = req_to_token.device
+    return need
+
+
+def _block_table(page_starts: np.ndarray, rows: np.ndarray, need: np.ndarray, page_size: int, width: int,
+                 pad_value) -> np.ndarray:
+    """The (b, width) int32 table: entry (r, p) is ``page_starts[rows[r], p] // page_size`` for
+    p < need[r], padding past it.  ``page_starts`` is req_to_token's every page_size-th column."""
     stale = isinstance(pad_value, str) and pad_value == STALE
-    table = torch.full((len(lengths), width), 0 if stale else pad_value, dtype=torch.int32, device=device)
-    request, p = token_index(need, device)
-    rows = req_pool_indices.to(device).long()[request]
-    live = (req_to_token[rows, p * page_size] // page_size).to(torch.int32)
-    table[request, p] = live
-    if stale and len(live):
-        fill_stale(table, need.to(device), request, live)
+    table = np.full((len(need), width), 0 if stale else pad_value, dtype=np.int32)
+    live = np.arange(width) < need[:, None]
+    request, p = np.nonzero(live)
+    table[live] = page_starts[rows[request], p] // page_size
+    if stale:
+        fill_stale(table, need)
     return table
 
 
-def fill_stale(table, need, request, live):
+def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, width, pad_value):
+    """FlashMLA's block table from ``req_to_token``, as create_flashmla_kv_indices does it.
+
+    Built on the host; a CUDA ``req_to_token`` is read back in one copy of its page-start columns
+    (all a table needs), and the table goes back to its device.
+    """
+    need = _pages_within(_host_ints(cache_seqlens).reshape(-1), page_size, width)
+    table = _block_table(_on_host(req_to_token[:, ::page_size]), _on_host(req_pool_indices), need,
+                         page_size, width, pad_value)
+    return _to_device(table, req_to_token.device)
+
+
+def fill_stale(table: np.ndarray, need: np.ndarray):
     """Padding entry (r, j) gets a live page of another request when there is one (of r's own
-    otherwise), cycling through them: what a reused scratch buffer holds after other batches."""
-    b, width = table.shape
-    pad = torch.arange(width, device=table.device)[None, :] >= need[:, None]          # (b, width)
-    for r in range(b):
-        n_pad = int(pad[r].sum())
-        if not n_pad:
-            continue
-        others = live[request != r]
-        pool = others if len(others) else live
-        idx = (torch.arange(n_pad, device=table.device) + r) % len(pool)
-        table[r, pad[r]] = pool[idx]
+    otherwise), cycling through them: what a reused scratch buffer holds after other batches.
+
+    In place on a numpy ``table`` whose entries (r, j < need[r]) are the live pages.  Request r's
+    k-th padding entry is entry ``(k + r) % len(pool)`` of ``pool``: the other requests' live pages,
+    request by request (or r's own when no other request has any).
+    """
+    is_live = np.arange(table.shape[1]) < need[:, None]
+    live = table[is_live]                             # row-major: request by request, page by page
+    if not len(live):
+        return
+    n_live = is_live.sum(axis=1)
+    start = np.cumsum(n_live) - n_live                # r's own pages are live[start[r] : + n_live[r]]
+    r, j = np.nonzero(~is_live)                       # the padding entries, row by row
+    n_others = len(live) - n_live[r]
+    i = (j - n_live[r] + r) % np.where(n_others > 0, n_others, len(live))    # j - n_live[r] is k
+    # pool[i]: the others are live with r's own run cut out; with no others the pool is live itself
+    table[r, j] = live[np.where(n_others > 0, i + n_live[r] * (i >= start[r]), i)]
+
+
+# ---- validation ----------------------------------------------------------------------------------
+
+def _token_slots(req_to_token: np.ndarray, pool_rows: np.ndarray, seq: np.ndarray, page_size: int,
+                 dtype) -> np.ndarray:
+    """(b, pages of the longest request, page_size): a fresh ``dtype`` copy of each request's row
+    of req_to_token, page by page.  Columns past req_to_token's width (never a token's: seq lens
+    were checked) read 0."""
+    cols = int(pages_for(seq.max(), page_size)) * page_size
+    if cols <= req_to_token.shape[1]:
+        slots = req_to_token[pool_rows, :cols].astype(dtype, copy=False)   # a gather: always a copy
+    else:
+        slots = np.zeros((len(pool_rows), cols), dtype=dtype)
+        slots[:, :req_to_token.shape[1]] = req_to_token[pool_rows]
+    return slots.reshape(len(pool_rows), -1, page_size)
+
+
+def _pages_hold_their_slots(req_to_token: np.ndarray, pool_rows: np.ndarray, seq: np.ndarray,
+                            num_pages: int, page_size: int) -> bool:
+    """Whether every page of every request holds ``page_size`` consecutive, page-aligned slots in the pool.
+
+    The verdict of ``_first_bad_slot`` in fewer passes: every token is good iff each page's first
+    slot is a page start in the pool and every token's slot is that plus its position on the page.
+    """
+    # int32 arithmetic is exact while the pool's last slot, plus page_size, still fits in int32
+    fits = req_to_token.dtype == np.int32 and num_pages * page_size <= 2**31 - page_size
+    slots = _token_slots(req_to_token, pool_rows, seq, page_size, np.int32 if fits else np.int64)
+    first = slots[:, :, 0].copy()                     # each page's first slot (slots is rewritten below)
+    is_page = np.arange(slots.shape[1]) < pages_for(seq, page_size)[:, None]
+    page_ok = (first >= 0) & (first // page_size < num_pages) & (first % page_size == 0)
+    if (is_page & ~page_ok).any():
+        return False
+    np.subtract(slots, np.arange(page_size, dtype=slots.dtype), out=slots)   # in place: slots is our copy
+    off = (slots != first[:, :, None]).reshape(len(seq), -1)
+    # a request is good iff its first off token (argmax stops there) is past its last token
+    first_off = off.argmax(axis=1)
+    return not (off[np.arange(len(seq)), first_off] & (first_off < seq)).any()
+
+
+def _first_bad_slot(req_to_token: np.ndarray, pool_rows: np.ndarray, seq: np.ndarray, num_pages: int,
+                    page_size: int):
+    """(request, token, outside) of the first token (request by request, token by token) whose slot
+    is outside the pool, or else of the first that breaks page alignment; None if none does."""
+    slots = _token_slots(req_to_token, pool_rows, seq, page_size, np.int64)
+    pos = np.arange(page_size)                          # each token's position on its page (t % P)
+    is_token = (np.arange(slots.shape[1] * page_size) < seq[:, None]).reshape(slots.shape)
+    outside = is_token & ((slots < 0) | (slots // page_size >= num_pages))
+    misaligned = is_token & ((slots % page_size != pos) | (slots - pos != slots[:, :, :1]))
+    for bad, is_outside in ((outside, True), (misaligned, False)):
+        if bad.any():
+            return (*_first(bad.reshape(len(seq), -1)), is_outside)
+    return None
 
 
 def validate_req_to_token(layout: PageLayout):
     """Every page of every request holds consecutive, page-aligned slots inside the pool."""
     P = layout.page_size
     rows, width = layout.req_to_token.shape
-    seq, pool_rows = layout.cache_seqlens.long().cpu(), layout.req_pool_indices.long().cpu()
+    seq, pool_rows = _host_ints(layout.cache_seqlens), _host_ints(layout.req_pool_indices)
     # shape checks first, so a bad layout is an InputError, not an IndexError
     for bad, message in (
         (seq < 0, lambda r: f"negative seq len {int(seq[r])}"),
@@ -207,24 +353,18 @@ def validate_req_to_token(layout: PageLayout):
         ((pool_rows < 0) | (pool_rows >= rows),
          lambda r: f"req_pool_indices entry {int(pool_rows[r])} is outside req_to_token's {rows} rows"),
     ):
-        if bool(bad.any()):
-            r = int(bad.nonzero()[0])
+        if bad.any():
+            r = _first(bad)
             raise InputError(f"request {r}: {message(r)}")
-    device = layout.req_to_token.device
-    request, t = token_index(seq, device)
-    slots = layout.req_to_token[pool_rows.to(device)[request], t].long()
-    outside = (slots < 0) | (slots // P >= layout.num_pages)
-    start_of_page = torch.arange(len(t), device=device) - t % P   # flat index of the first token on its page
-    first = slots[start_of_page] if len(t) else slots
-    misaligned = (slots % P != t % P) | (slots - t % P != first)
-    if not bool((outside | misaligned).any()):        # one sync on the good path
+    req_to_token = _on_host(layout.req_to_token)
+    if not seq.sum() or _pages_hold_their_slots(req_to_token, pool_rows, seq, layout.num_pages, P):
         return
-    if bool(outside.any()):
-        i = int(outside.nonzero()[0])
-        raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, outside "
+    r, t, outside = _first_bad_slot(req_to_token, pool_rows, seq, layout.num_pages, P)
+    slot = int(req_to_token[pool_rows[r], t])
+    if outside:
+        raise InputError(f"request {r}: token {t} sits in slot {slot}, outside "
                          f"the pool's {layout.num_pages} pages of {P} slots")
-    i = int(misaligned.nonzero()[0])
-    raise InputError(f"request {int(request[i])}: token {int(t[i])} sits in slot {int(slots[i])}, which "
+    raise InputError(f"request {r}: token {t} sits in slot {slot}, which "
                      f"breaks page alignment (pages must hold {P} consecutive, page-aligned slots)")
 
 
@@ -243,20 +383,20 @@ def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                          f"{cache_seqlens.shape[0]} requests")
     if block_table.dtype != torch.int32 or cache_seqlens.dtype != torch.int32:
         raise InputError(f"block table and seq lens must be int32, got {block_table.dtype} and {cache_seqlens.dtype}")
-    seq = cache_seqlens.cpu().long()
-    if bool((seq < 0).any()):
-        r = int((seq < 0).nonzero()[0])
+    seq = _host_ints(cache_seqlens)
+    if (seq < 0).any():
+        r = _first(seq < 0)
         raise InputError(f"request {r}: negative seq len {int(seq[r])}")
     need = pages_for(seq, page_size)
     width = block_table.shape[1]
-    if bool((need > width).any()):
-        r = int((need > width).nonzero()[0])
+    if (need > width).any():
+        r = _first(need > width)
         raise InputError(f"request {r}: seq len {int(seq[r])} needs {int(need[r])} pages, "
                          f"the block table has {width} columns")
-    table = block_table.cpu().long()
-    needed = torch.arange(width)[None, :] < need[:, None]
+    table = _on_host(block_table)
+    needed = np.arange(width) < need[:, None]
     out_of_range = needed & ((table < 0) | (table >= num_pages))
-    if bool(out_of_range.any()):
-        r, p = (int(x) for x in out_of_range.nonzero()[0])
+    if out_of_range.any():
+        r, p = _first(out_of_range)
         raise InputError(f"request {r}: block table entry {p} is page {int(table[r, p])}, "
                          f"outside the pool's {num_pages} pages")

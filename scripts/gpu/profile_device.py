@@ -1,0 +1,45 @@
+"""Where the device time of each phase goes, for the cases of a suite that match a filter.
+
+Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] > device-profile.txt
+(FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40)
+"""
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from harness import cases as case_mod
+from harness import chunk, phases
+from harness.backend_loader import load_backend
+
+suite, spec, wanted = sys.argv[1:4]
+n = int(sys.argv[4]) if len(sys.argv) > 4 else 40
+cases = [c for c in case_mod.load_suite(suite).cases if wanted in c.seqlen][:n]
+backend = load_backend(spec)
+chunk.run_chunk(cases[:4], backend, spec, "cuda")            # warm-up
+real_phase = phases.phase
+
+
+def labelled(name):                                           # each phase as a profiler range
+    class Both:
+        def __enter__(self):
+            self.a, self.b = record_function(f"phase:{name}"), real_phase(name)
+            self.a.__enter__()
+            return self.b.__enter__()
+
+        def __exit__(self, *exc):
+            try:
+                return self.b.__exit__(*exc)
+            finally:
+                self.a.__exit__(*exc)
+    return Both()
+
+
+for module in (phases, sys.modules["harness.scenarios._common"]):
+    module.phase = labelled
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
+torch.cuda.synchronize()
+print(f"{len(cases)} cases matching '{wanted}'")
+print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
+print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
