@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-from . import commands, spare_workers
+from . import commands, isolation
 from .errors import EXIT_BAD_INPUT, InputError
 
 
@@ -54,7 +54,7 @@ def _wants_workers(argv: list[str]) -> bool:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if _wants_workers(argv):
-        spare_workers.start()
+        isolation.start_spare()
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         return args.func(args)

@@ -182,23 +182,25 @@ def pinned_pages_for(case: Case) -> list[int]:
     return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)
 
 
-def write_slots(layout: PageLayout, first: list[int], last: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def write_slots(layout: PageLayout, first: list[int], last: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The engine's writes of tokens ``first[r] .. last[r]`` of each request (set_kv_buffer), worked
     out on the host from a CPU layout: each token's KV slot, and its index in the tokens of all
-    requests back to back (request r starts at the sum of the earlier ``layout.cache_seqlens``)."""
-    lengths = layout.cache_seqlens.numpy().astype(np.int64)
-    first = np.asarray(first, dtype=np.int64)
-    count = np.clip(np.asarray(last, dtype=np.int64) - first, 0, None)
-    request = np.repeat(np.arange(len(count)), count)
-    t = np.arange(len(request)) - np.repeat(np.cumsum(count) - count, count) + first[request]  # position in request
-    rows = layout.req_pool_indices.numpy()[request]
-    slots = layout.req_to_token.numpy()[rows, t]
-    source = (np.cumsum(lengths) - lengths)[request] + t
-    return torch.from_numpy(slots.astype(np.int32)), torch.from_numpy(source.astype(np.int32))
+    requests back to back (request r starts at the sum of the earlier ``layout.cache_seqlens``).
+    The index is None when the writes are every token, in order."""
+    lengths = layout.cache_seqlens.tolist()
+    rows, req_to_token = layout.req_pool_indices.numpy(), layout.req_to_token.numpy()
+    spans = [(r, f, max(l, f)) for r, (f, l) in enumerate(zip(first, last))]
+    slots = np.concatenate([req_to_token[rows[r], f:l] for r, f, l in spans] or [np.zeros(0, np.int32)])
+    if all(f == 0 for f in first) and list(last) == lengths:
+        return torch.from_numpy(slots.astype(np.int32, copy=False)), None
+    starts = np.cumsum([0] + lengths[:-1])
+    source = np.concatenate([np.arange(starts[r] + f, starts[r] + l, dtype=np.int32) for r, f, l in spans]
+                            or [np.zeros(0, np.int32)])
+    return torch.from_numpy(slots.astype(np.int32, copy=False)), torch.from_numpy(source)
 
 
 def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, source: torch.Tensor | None):
-    """Scatter ``tokens[source]`` (all of them, in order, when ``source`` is None) into pool slots."""
+    """Scatter ``tokens[source]`` (every token, in order, when ``source`` is None) into pool slots."""
     flat = pool.view(-1, *pool.shape[2:])
     flat[slots] = tokens if source is None else tokens[source]
 
@@ -261,9 +263,8 @@ class KVStore:
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
         first = self.written[:len(lengths)]
         slots, source = write_slots(self.index_layout, first, lengths)
-        in_order = len(source) == len(self.tokens) and bool((source.numpy() == np.arange(len(source))).all())
-        slots, source = to_device([slots, source], self.pool.device)
-        source = None if in_order else source      # every token, in order: no gather of the tokens
+        sent = to_device([slots] if source is None else [slots, source], self.pool.device)
+        slots, source = sent[0], (sent[1] if source is not None else None)
         for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \
                 else ((self.pool, self.stored),):
             write_kv(pool, src, slots, source)

@@ -12,13 +12,13 @@ sticky (the context is unusable afterwards), so a worker that hits one reports
 the case as ``crash`` and exits to be replaced.
 """
 
+import atexit
+import multiprocessing as mp
 import signal
 import time
 from multiprocessing.connection import wait
 
-from . import spare_workers
 from .checks import CRASH
-from .chunk import ContextLost
 from .errors import InputError
 from .status import Status
 
@@ -34,15 +34,17 @@ def _context_lost(device):
 
 
 def serve(conn, progress):
-    """A worker's life: told what to load (or None: not needed after all), then chunk after chunk."""
+    """A worker's life: its imports, then told what to load (or None: not needed after all), then
+    chunk after chunk."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    import torch  # the slow imports, made while the parent (which started a spare early) makes its own
+
+    from .backend_loader import load_backend
+    from .chunk import ContextLost
     job = conn.recv()
     if job is None:
         return
     backend_spec, device, threads, run_chunk = job
-    import torch
-
-    from .backend_loader import load_backend
     # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
     # splits its work over the threads, so another count gives other last bits in the metrics
     torch.set_num_threads(threads)
@@ -77,10 +79,58 @@ def serve(conn, progress):
         conn.send(("rows", rows))
 
 
+# Spare workers: started before this process imports torch (``cli`` calls ``start_spare`` first
+# thing), so the worker's imports, most of its start, overlap the parent's.  This module imports
+# nothing heavy at the top for that reason.  Spares nobody took are stopped at exit.
+
+_spares = []
+
+
+def spawn():
+    """A new worker process: ``(process, connection, progress counter)``, not yet told what to run."""
+    ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
+    conn, child_conn = ctx.Pipe()
+    progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
+    proc = ctx.Process(target=serve, args=(child_conn, progress), daemon=True)
+    proc.start()
+    child_conn.close()
+    return proc, conn, progress
+
+
+_registered = []
+
+
+def start_spare():
+    """Start a spare worker now, unless one is already waiting (one left by a run that stopped early)."""
+    if not _registered:
+        _registered.append(atexit.register(stop_spares))
+    if not any(proc.is_alive() for proc, _, _ in _spares):
+        _spares.append(spawn())
+
+
+def take_spare():
+    """A spare worker that is still alive, or None."""
+    while _spares:
+        proc, conn, progress = _spares.pop(0)
+        if proc.is_alive():
+            return proc, conn, progress
+        conn.close()
+    return None
+
+
+def stop_spares():
+    """A spare has loaded nothing and holds nothing: it is killed, not waited for."""
+    while _spares:
+        proc, conn, _ = _spares.pop()
+        proc.kill()
+        proc.join()
+        conn.close()
+
+
 class Worker:
     def __init__(self, backend_spec, device, threads, run_chunk, startup_timeout_s):
         # a spare started before the parent imported torch (spare_workers), or a new process
-        self.proc, self.conn, self.progress = spare_workers.take() or spare_workers.spawn()
+        self.proc, self.conn, self.progress = take_spare() or spawn()
         self.conn.send((backend_spec, device, threads, run_chunk))
         self.chunk = None
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves

@@ -37,6 +37,7 @@ class PhaseClock:
         self.ms: dict[str, float] = {}
         self._pending = []        # (name, start event, end event, host ms): read by ``read``
         self._token = None
+        self.stream = None        # the CUDA stream events are recorded on, looked up once
 
     def __enter__(self):
         self._token = _CLOCK.set(self)
@@ -48,8 +49,11 @@ class PhaseClock:
     def add(self, name: str, ms: float):
         self.ms[name] = self.ms.get(name, 0.0) + ms
 
+    def mark(self) -> "_Mark":
+        return _Mark.now(self)
+
     def close(self, name: str, start: "_Mark"):
-        end = _Mark.now()
+        end = self.mark()
         host_ms = (end.seconds - start.seconds) * 1e3
         if start.event is not None and end.event is not None:
             self._pending.append((name, start.event, end.event, host_ms))
@@ -76,13 +80,15 @@ class _Mark:
         self.seconds, self.event = seconds, event
 
     @classmethod
-    def now(cls) -> "_Mark":
+    def now(cls, clock: PhaseClock) -> "_Mark":
         import torch
         event = None
         if torch.cuda.is_initialized():
             try:
+                if clock.stream is None:
+                    clock.stream = torch.cuda.current_stream()
                 event = torch.cuda.Event(enable_timing=True)
-                event.record()
+                event.record(clock.stream)
             except Exception:     # a context lost to a sticky error: host time only
                 event = None
         return cls(time.perf_counter(), event)
@@ -94,7 +100,7 @@ _CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=N
 @contextmanager
 def phase(name: str):
     clock = _CLOCK.get()
-    start = _Mark.now() if clock is not None else None
+    start = clock.mark() if clock is not None else None
     try:
         yield
     except (InputError, Unsupported, PhaseError):   # bad input, and a kernel's refusal, are not faults

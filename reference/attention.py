@@ -100,9 +100,9 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
     sized so neither the score tensor nor the gathered keys exceed ``max_elements``
     entries: a long-tail batch of 512 pads little, and only the pages a chunk reads are
     gathered (on the pool's device) and widened to ``compute_dtype``.  Padded key slots
-    are masked by selection (not by adding -inf), so poisoned (NaN) memory outside a
-    request never leaks in.  ``host_lengths``: ``cache_seqlens`` as ints, when the caller
-    has them, so planning the chunks needs no wait on the device.
+    never read memory outside the requests (they read a real token, with weight 0), so
+    poisoned (NaN) memory never leaks in.  ``host_lengths``: ``cache_seqlens`` as ints,
+    when the caller has them, so planning the chunks needs no wait on the device.
     """
     b, s_q, h_q, d_qk = q.shape
     h_kv = kv_pool.shape[2]
@@ -112,24 +112,35 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
     # both the scores (s_q * h_q per key) and the gathered keys (h_kv * d_qk per key) count
     chunks = _plan_chunks(lengths, max(s_q * h_q, h_kv * d_qk), max_elements)
     if len(chunks) == 1:          # one chunk (the usual case): every request, in its own order
-        return _attend(q, kv_pool, block_table, seqlens, max(max(lengths), 0), softmax_scale, d_v, causal,
-                       descale_q, descale_k, compute_dtype)
+        longest = max(range(b), key=lambda r: lengths[r])
+        return _attend(q, kv_pool, block_table, seqlens, longest, max(lengths[longest], 0), softmax_scale, d_v,
+                       causal, descale_q, descale_k, compute_dtype)
     out = torch.zeros(b, s_q, h_q, d_v, dtype=compute_dtype, device=device)
     lse = torch.full((b, h_q, s_q), math.inf, dtype=compute_dtype, device=device)
     order = torch.argsort(seqlens, stable=True)       # the same order _plan_chunks sorted the host's copy in
-    longest = sorted(max(n, 0) for n in lengths)
+    sorted_lengths = sorted(max(n, 0) for n in lengths)
     for start, end in chunks:
-        rows = order[start:end]
-        out[rows], lse[rows] = _attend(q[rows], kv_pool, block_table[rows], seqlens[rows], longest[end - 1],
-                                       softmax_scale, d_v, causal, descale_q, descale_k, compute_dtype)
+        rows = order[start:end]       # shortest first: the chunk's last request is its longest
+        out[rows], lse[rows] = _attend(q[rows], kv_pool, block_table[rows], seqlens[rows], end - start - 1,
+                                       sorted_lengths[end - 1], softmax_scale, d_v, causal, descale_q, descale_k,
+                                       compute_dtype)
     return out, lse
 
 
-def _attend(q, kv_pool, block_table, L, n_keys, softmax_scale, d_v, causal, descale_q, descale_k, compute_dtype):
-    """Attention for requests of lengths ``L`` (a device tensor), the longest ``n_keys`` long."""
+def _attend(q, kv_pool, block_table, L, longest, n_keys, softmax_scale, d_v, causal, descale_q, descale_k,
+            compute_dtype):
+    """Attention for requests of lengths ``L`` (a device tensor); request ``longest`` is ``n_keys`` long.
+
+    The float64 tensors are the cost, so each is made once and touched as few times as it can
+    be: keys are gathered head-major, ``(c, h_kv, n, d)``, so both matmuls read them in place;
+    padded key slots read a real token (the first of the longest request) instead of being zeroed
+    afterwards, since their scores are masked and their weight is exactly 0; and the softmax's
+    normalisation is applied to the (small) output rather than to the weights.
+    """
     c, s_q, h_q, d_qk = q.shape
-    page_size, h_kv = kv_pool.shape[1], kv_pool.shape[2]
+    h_kv = kv_pool.shape[2]
     group = h_q // h_kv
+    page_size = kv_pool.shape[1]
     device = q.device
     if c == 0 or n_keys == 0:
         return (torch.zeros(c, s_q, h_q, d_v, dtype=compute_dtype, device=device),
@@ -138,25 +149,31 @@ def _attend(q, kv_pool, block_table, L, n_keys, softmax_scale, d_v, causal, desc
     in_seq = t[None, :] < L[:, None]                                   # (c, n)
     n_pages_used = (n_keys + page_size - 1) // page_size
     page_ids = block_table[:, :n_pages_used].long()[:, t // page_size]
-    slots = torch.where(in_seq, page_ids * page_size + t % page_size, 0)   # never index padding
+    slots = page_ids * page_size + t % page_size
+    # never index padding: it reads the longest request's first token, a real one (poison cannot leak)
+    slots = torch.where(in_seq, slots, slots[longest, 0])
+    heads = torch.arange(h_kv, device=device)
     pool_device = kv_pool.device
-    keys = kv_pool.flatten(0, 1)[slots.to(pool_device)]         # (c, n, h_kv, d)
+    flat = kv_pool.flatten(0, 1)                                        # (slots, h_kv, d)
+    keys = flat[slots.to(pool_device)[:, None, :], heads.to(pool_device)[None, :, None]]   # (c, h_kv, n, d)
     keys = _read(keys.to(device), descale_k, compute_dtype)
-    keys.masked_fill_(~in_seq[:, :, None, None], 0.0)                 # in place: the chunk's biggest tensor
-    # the softmax scale goes on q (small) rather than on the scores (the biggest tensor but one)
-    qf = (_read(q, descale_q, compute_dtype) * softmax_scale).view(-1, s_q, h_kv, group, d_qk)
-    scores = torch.einsum("csgjd,cngd->cgjsn", qf, keys).flatten(1, 2)  # (c, h_q, s_q, n)
+    # the softmax scale goes on q (small) rather than on the scores (the biggest tensor)
+    qf = _read(q, descale_q, compute_dtype) * softmax_scale
+    qf = qf.view(c, s_q, h_kv, group, d_qk).permute(0, 2, 3, 1, 4).reshape(c, h_kv, group * s_q, d_qk)
+    scores = torch.matmul(qf, keys.transpose(-1, -2)).view(c, h_kv, group, s_q, n_keys)
     i = torch.arange(s_q, device=device)
     if causal:
         limit = (L[:, None] - s_q + i[None, :] + 1).clamp(min=0)       # (c, s_q)
     else:
         limit = L[:, None].expand(-1, s_q).clamp(min=0)
     visible = t[None, None, :] < limit[:, :, None]                     # (c, s_q, n)
-    scores.masked_fill_(~visible[:, None, :, :], -math.inf)
-    row_lse = torch.logsumexp(scores, dim=-1)                          # (c, h_q, s_q)
-    empty = torch.isneginf(row_lse)
-    p = scores.sub_(torch.where(empty, 0.0, row_lse)[..., None]).exp_()
-    values = keys[..., :d_v]                                           # (c, n, h_kv, d_v)
-    p = p.view(-1, h_kv, group, s_q, n_keys)
-    o = torch.einsum("cgjsn,cngd->csgjd", p, values).flatten(2, 3)    # (c, s_q, h_q, d_v)
-    return o.contiguous(), torch.where(empty, math.inf, row_lse)
+    scores.masked_fill_(~visible[:, None, None], -math.inf)
+    top = scores.amax(dim=-1, keepdim=True)                            # (c, h_kv, g, s_q, 1)
+    empty = torch.isneginf(top)                                        # a row that sees no key
+    weights = scores.sub_(torch.where(empty, 0.0, top)).exp_()
+    total = weights.sum(dim=-1, keepdim=True)
+    o = torch.matmul(weights.view(c, h_kv, group * s_q, n_keys), keys[..., :d_v])
+    o = (o.view(c, h_kv, group, s_q, d_v) / total).masked_fill_(empty, 0.0)
+    lse = torch.where(empty, math.inf, total.log() + top)
+    return (o.permute(0, 3, 1, 2, 4).reshape(c, s_q, h_q, d_v),
+            lse.view(c, h_q, s_q))
