@@ -16,6 +16,7 @@ import atexit
 import multiprocessing as mp
 import signal
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from .checks import CRASH
@@ -80,58 +81,78 @@ def serve(conn, progress):
 
 
 # Spare workers: started before this process imports torch (``cli`` calls ``start_spare`` first
-# thing), so the worker's imports, most of its start, overlap the parent's.  This module imports
-# nothing heavy at the top for that reason.  Spares nobody took are stopped at exit.
+# thing), so the worker's imports, most of its start, overlap the parent's; told what to load as
+# soon as the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.
+# This module imports nothing heavy at the top for that reason.  Spares nobody took are stopped at exit.
 
-_spares = []
+@dataclass
+class _Spare:
+    proc: object
+    conn: object
+    progress: object
+    job: tuple | None = None          # what it was told to load, once told
 
 
-def spawn():
-    """A new worker process: ``(process, connection, progress counter)``, not yet told what to run."""
+_spares: list[_Spare] = []
+
+
+def spawn() -> _Spare:
+    """A new worker process, not yet told what to run."""
     ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
     conn, child_conn = ctx.Pipe()
     progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
     proc = ctx.Process(target=serve, args=(child_conn, progress), daemon=True)
     proc.start()
     child_conn.close()
-    return proc, conn, progress
-
-
-_registered = []
+    return _Spare(proc, conn, progress)
 
 
 def start_spare():
     """Start a spare worker now, unless one is already waiting (one left by a run that stopped early)."""
-    if not _registered:
-        _registered.append(atexit.register(stop_spares))
-    if not any(proc.is_alive() for proc, _, _ in _spares):
+    if not _spares:
+        atexit.register(stop_spares)
+    if not any(spare.proc.is_alive() for spare in _spares):
         _spares.append(spawn())
 
 
-def take_spare():
-    """A spare worker that is still alive, or None."""
+def load_in_spare(job: tuple):
+    """Tell a waiting spare what to load, ``(backend spec, device, threads, run_chunk)``, ahead of its use."""
+    for spare in _spares:
+        if spare.job is None and spare.proc.is_alive():
+            spare.conn.send(job)
+            spare.job = job
+            return
+
+
+def worker_for(job: tuple) -> _Spare:
+    """A live spare told (or now told) to load ``job``, else a new worker told so."""
     while _spares:
-        proc, conn, progress = _spares.pop(0)
-        if proc.is_alive():
-            return proc, conn, progress
-        conn.close()
-    return None
+        spare = _spares.pop(0)
+        if spare.proc.is_alive() and spare.job in (None, job):
+            break
+        spare.proc.kill()
+        spare.conn.close()
+    else:
+        spare = spawn()
+    if spare.job is None:
+        spare.conn.send(job)
+        spare.job = job
+    return spare
 
 
 def stop_spares():
-    """A spare has loaded nothing and holds nothing: it is killed, not waited for."""
+    """A spare has run nothing and holds nothing that matters: it is killed, not waited for."""
     while _spares:
-        proc, conn, _ = _spares.pop()
-        proc.kill()
-        proc.join()
-        conn.close()
+        spare = _spares.pop()
+        spare.proc.kill()
+        spare.proc.join()
+        spare.conn.close()
 
 
 class Worker:
     def __init__(self, backend_spec, device, threads, run_chunk, startup_timeout_s):
-        # a spare started before the parent imported torch (spare_workers), or a new process
-        self.proc, self.conn, self.progress = take_spare() or spawn()
-        self.conn.send((backend_spec, device, threads, run_chunk))
+        worker = worker_for((backend_spec, device, threads, run_chunk))
+        self.proc, self.conn, self.progress = worker.proc, worker.conn, worker.progress
         self.chunk = None
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
         self.deadline = time.monotonic() + startup_timeout_s

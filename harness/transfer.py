@@ -1,21 +1,23 @@
-"""Host-built integer tensors onto the device in one copy that does not wait for the device.
+"""Host-built integer tensors onto the device without waiting for the device.
 
 A plain ``cpu_tensor.to("cuda")`` copies from pageable memory and waits for the stream to drain:
 each of a small case's dozen index tensors would stall the host until the GPU had finished
-everything queued before it.  Here the tensors are packed into one pinned buffer and sent with a
-single asynchronous copy; the device tensors are views of its segments.  Each segment starts
-``ALIGN`` elements (256 bytes) in, as a tensor of its own would be aligned by the allocator.
+everything queued before it.  Here the tensors are packed into one pinned buffer and each is
+copied from its slice asynchronously, into a device tensor of its own: a kernel gets a table or
+a length vector as the engine hands it over, a whole allocation with no storage offset (a view
+into a shared buffer, tried first, made FlashMLA's fp8 kernel fault in one sequence of cases on
+the H200: docs/gpu-runs.md, 2026-12-03).
 """
+
+import itertools
 
 import torch
 
-ALIGN = 64
-
 
 def to_device(tensors: list[torch.Tensor], device) -> list[torch.Tensor]:
-    """The same tensors on ``device`` (one int32 copy); on the CPU, the tensors themselves.
+    """The same tensors on ``device``, copied without a wait; on the CPU, the tensors themselves.
 
-    Every tensor must be int32 (indices, lengths, tables): one buffer carries them all.
+    Every tensor must be int32 (indices, lengths, tables): one pinned buffer carries them all.
     """
     device = torch.device(device)
     if device.type == "cpu":
@@ -23,12 +25,12 @@ def to_device(tensors: list[torch.Tensor], device) -> list[torch.Tensor]:
     if any(t.dtype != torch.int32 for t in tensors):
         raise TypeError(f"to_device packs int32 tensors, got {sorted({str(t.dtype) for t in tensors})}")
     sizes = [t.numel() for t in tensors]
-    starts, total = [], 0
-    for n in sizes:
-        starts.append(total)
-        total += -(-n // ALIGN) * ALIGN
+    starts = list(itertools.accumulate(sizes[:-1], initial=0))
+    total = sum(sizes)
     packed = torch.empty(max(total, 1), dtype=torch.int32, pin_memory=True)
     for t, start, n in zip(tensors, starts, sizes):
         packed[start:start + n].copy_(t.reshape(-1))
-    sent = packed.to(device, non_blocking=True)     # the pinned buffer is kept until the copy is done
-    return [sent[start:start + n].view(t.shape) for t, start, n in zip(tensors, starts, sizes)]
+    # the pinned buffer is kept until its copies are done (torch records them on it)
+    return [torch.empty(t.shape, dtype=torch.int32, device=device).copy_(packed[start:start + n].view(t.shape),
+                                                                       non_blocking=True)
+            for t, start, n in zip(tensors, starts, sizes)]

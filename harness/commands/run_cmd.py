@@ -5,10 +5,10 @@ import time
 from pathlib import Path
 
 from .. import cases as case_mod
-from .. import junit
+from .. import isolation, junit
 from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
-from ..chunk import CHUNK_CASES
+from ..chunk import CHUNK_CASES, run_chunk
 from ..errors import InputError
 from ..results import ResultsWriter, read_rows
 from ..runner import RunSummary, default_device, run_cases
@@ -95,6 +95,9 @@ def main(args) -> int:
     if args.require_kernel and not any(s in KERNELS for s in specs):
         raise InputError("--require-kernel: no real kernel will be verified here ("
                          + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
+    if args.workers:       # the spare worker (cli) loads the first backend while this process prepares the run
+        import torch
+        isolation.load_in_spare((specs[0], device, torch.get_num_threads(), run_chunk))
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
         check_writable(args.junit_xml)
