@@ -159,10 +159,10 @@ class Worker:
         self.ready = False
         self.holds = 0              # the estimated bytes of the chunk in flight
 
-    def send(self, chunk, holds: int):
+    def send(self, chunk, holds: int, shared: bool):
         self.progress.value = -1
         self.chunk, self.seen, self.deadline, self.holds = chunk, -1, None, holds
-        self.conn.send((chunk, holds > MemoryGate.RELEASE_BYTES))
+        self.conn.send((chunk, shared and holds > MemoryGate.RELEASE_BYTES))
 
     def watch(self, timeout_s: float, now: float):
         """Restart the deadline whenever the worker moves on to another case."""
@@ -204,8 +204,9 @@ class MemoryGate:
     """Admits a chunk to a worker only while the chunks in flight fit the device together.
 
     ``cost(chunk)`` estimates a chunk's peak bytes; ``budget`` is what all workers may hold at once.
-    A chunk that fits nothing runs alone (its cases' fit was checked before the run).  A worker that
-    ran a chunk over ``RELEASE_BYTES`` empties its allocator's cache afterwards.
+    A chunk that fits nothing runs alone (its cases' fit was checked before the run).  When several
+    workers share the device, one that ran a chunk over ``RELEASE_BYTES`` empties its allocator's
+    cache afterwards; a lone worker keeps it (nobody else needs it, and re-allocating costs time).
     """
 
     RELEASE_BYTES = 1 << 30
@@ -257,7 +258,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     i = memory.pick(todo, sum(other.holds for other in pool if other.chunk is not None))
                     if i is not None:
                         chunk = todo.pop(i)
-                        w.send(chunk, memory.cost(chunk) if memory.cost else 0)
+                        w.send(chunk, memory.cost(chunk) if memory.cost else 0, shared=workers > 1)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)

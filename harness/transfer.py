@@ -2,11 +2,10 @@
 
 A plain ``cpu_tensor.to("cuda")`` copies from pageable memory and waits for the stream to drain:
 each of a small case's dozen index tensors would stall the host until the GPU had finished
-everything queued before it.  Here the tensors are packed into one pinned buffer and each is
-copied from its slice asynchronously, into a device tensor of its own: a kernel gets a table or
-a length vector as the engine hands it over, a whole allocation with no storage offset (a view
-into a shared buffer, tried first, made FlashMLA's fp8 kernel fault in one sequence of cases on
-the H200: docs/gpu-runs.md, 2026-12-03).
+everything queued before it.  Here the tensors are packed into one pinned buffer, sent with one
+asynchronous copy, and copied on the device into tensors of their own: a kernel gets a table or
+a length vector as the engine hands it over, a whole allocation with no storage offset, never a
+view into a shared buffer.
 """
 
 import itertools
@@ -30,7 +29,5 @@ def to_device(tensors: list[torch.Tensor], device) -> list[torch.Tensor]:
     packed = torch.empty(max(total, 1), dtype=torch.int32, pin_memory=True)
     for t, start, n in zip(tensors, starts, sizes):
         packed[start:start + n].copy_(t.reshape(-1))
-    # the pinned buffer is kept until its copies are done (torch records them on it)
-    return [torch.empty(t.shape, dtype=torch.int32, device=device).copy_(packed[start:start + n].view(t.shape),
-                                                                       non_blocking=True)
-            for t, start, n in zip(tensors, starts, sizes)]
+    staged = packed.to(device, non_blocking=True)      # the pinned buffer is kept until the copy is done
+    return [staged[start:start + n].view(t.shape).clone() for t, start, n in zip(tensors, starts, sizes)]
