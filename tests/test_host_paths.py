@@ -1,0 +1,116 @@
+"""The host-side shortcuts the speed work added: each must give what the slow way gives.
+
+Host copies of the table and lengths stand in for device reads only while they describe the
+inputs; the engine's writes worked out on the host match a token-by-token loop; the oracle's
+host-planned chunks match its own planning; the transfer helper hands over tensors of their own.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness import cli, phases
+from harness.cases import Case
+from harness.inputs import generate, host_cache_seqlens, host_copy, write_slots
+from harness.pool import allocate
+from harness.transfer import to_device
+from reference import mla_attention_batched
+
+
+def case(**kw) -> Case:
+    fields = dict(id="host/paths/0", seed=5, batch_size=5, heads=8, seqlen="uniform:0:150", page_size=16,
+                  mode="verify", draft_tokens=3)
+    return Case(**{**fields, **kw})
+
+
+def test_host_copy_is_the_sent_one_until_a_tensor_is_replaced():
+    inputs = generate(case())
+    assert host_copy(inputs) is inputs.host
+    assert torch.equal(inputs.host.block_table, inputs.block_table)
+    assert inputs.host.cache_seqlens.tolist() == inputs.cache_seqlens.tolist()
+    other_table = inputs.block_table.clone()
+    other_table[0, 0] = 7
+    replaced = dataclasses.replace(inputs, block_table=other_table)
+    copy = host_copy(replaced)          # no longer the sent table: read from the tensor the kernel would get
+    assert copy is not inputs.host and int(copy.block_table[0, 0]) == 7
+    longer = dataclasses.replace(inputs, cache_seqlens=inputs.cache_seqlens + 1)
+    assert host_cache_seqlens(longer) == (inputs.cache_seqlens + 1).tolist()
+
+
+def _slots_one_by_one(layout, first, last):
+    lengths = layout.cache_seqlens.tolist()
+    slots, source = [], []
+    for r, (f, l) in enumerate(zip(first, last)):
+        row = int(layout.req_pool_indices[r])
+        for t in range(f, l):
+            slots.append(int(layout.req_to_token[row, t]))
+            source.append(sum(lengths[:r]) + t)
+    return slots, source
+
+
+@pytest.mark.parametrize("first, last", [([0, 0, 0], [30, 0, 77]), ([3, 0, 64], [30, 5, 77]),
+                                         ([0, 0], [10, 2]), ([0, 0, 0], [30, 1, 77])])
+def test_write_slots_match_a_token_by_token_loop(first, last):
+    layout = allocate([30, 1, 77], 16, 2, torch.Generator().manual_seed(3))
+    slots, source = write_slots(layout, first, last)
+    want_slots, want_source = _slots_one_by_one(layout, first, last)
+    assert slots.tolist() == want_slots
+    if source is None:                  # every token, in order
+        assert want_source == list(range(sum(layout.cache_seqlens.tolist())))
+    else:
+        assert source.tolist() == want_source
+
+
+@pytest.mark.parametrize("max_elements", [2**28, 4096])      # one chunk, and many
+def test_oracle_with_host_lengths_equals_oracle_without(max_elements):
+    inputs = generate(case(seqlen="list:0,17,150,3,64", batch_size=5, mode="decode"))
+    args = (inputs.q, inputs.kv_pool, inputs.block_table, inputs.cache_seqlens, inputs.softmax_scale, inputs.d_v)
+    plain = mla_attention_batched(*args, max_elements=max_elements)
+    hinted = mla_attention_batched(*args, max_elements=max_elements, host_lengths=inputs.cache_seqlens.tolist())
+    for a, b in zip(plain, hinted):
+        assert torch.equal(a, b)
+    assert torch.isfinite(plain[0]).all()          # padding reads real tokens with weight 0, never poison
+    assert torch.isposinf(plain[1][0]).all()       # the empty request
+
+
+def test_to_device_on_the_cpu_hands_back_the_tensors_and_refuses_other_dtypes():
+    t = torch.arange(6, dtype=torch.int32).view(2, 3)
+    assert to_device([t], "cpu")[0] is t
+    with pytest.raises(TypeError, match="int32"):
+        to_device([t.long()], "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: no CUDA device here")
+def test_to_device_gives_whole_tensors_of_their_own():
+    tensors = [torch.arange(n, dtype=torch.int32) for n in (5, 0, 130)] + [torch.ones(3, 4, dtype=torch.int32)]
+    sent = to_device(tensors, "cuda")
+    for t, s in zip(tensors, sent):
+        assert s.is_cuda and s.storage_offset() == 0 and s.is_contiguous() and torch.equal(s.cpu(), t)
+    assert len({s.untyped_storage().data_ptr() for s in sent if s.numel()}) == 3
+
+
+def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
+    clock = phases.PhaseClock()
+    with clock:
+        with phases.phase("inputs"):
+            sum(range(1000))
+        with phases.phase("inputs"):
+            pass
+        with phases.phase("oracle"):
+            pass
+    ms = clock.read()
+    assert set(ms) == {"inputs", "oracle"} and all(v >= 0 for v in ms.values())
+
+
+@pytest.mark.parametrize("argv, wanted", [
+    (["run", "--suite", "smoke"], True),
+    (["run", "--suite", "smoke", "--workers", "0"], False),
+    (["run", "--suite", "smoke", "--workers=0"], False),
+    (["run", "--suite", "smoke", "--workers", "2"], True),
+    (["run", "--help"], False),
+    (["report", "x.jsonl"], False),
+    ([], False),
+])
+def test_a_spare_worker_is_started_only_for_runs_with_workers(argv, wanted):
+    assert cli._wants_workers(argv) is wanted
