@@ -3,7 +3,10 @@
 A case runs in phases: ``inputs`` (build q, the pool and the tables), ``kernel``
 (the backend's call), ``oracle`` (the float64 reference) and ``compare``.  An
 exception in ``kernel`` is the kernel's ``error``; one anywhere else is a
-``harness_error``, never blamed on the kernel.
+``harness_error``, never blamed on the kernel.  The device is waited for before
+and after each kernel call, not at every phase's end: a device fault in the
+harness's own work surfaces at the next wait, the one before the next launch or
+the comparison's transfer, outside the kernel phase, so it is still the harness's.
 """
 
 import contextvars
