@@ -1,5 +1,6 @@
 """The console summary of a run: what was verified, counts by suite, mode and dtype, the failures, the verdict."""
 
+import shlex
 import sys
 from collections import Counter
 
@@ -18,6 +19,16 @@ def verified_backends(rows) -> list[str]:
         api = f", {info['api']}" if info.get("api") else ""
         seen.setdefault(r.get("backend", "?"), f"{r.get('backend', '?')} ({package or 'no package'}{api})")
     return list(seen.values())
+
+
+def memcheck_command(row: dict) -> str | None:
+    """For a crash on an illegal memory access: the command that shows the stray access every time, not only
+    when it lands on unmapped memory (scripts/gpu/sanitize.sh; docs/kernel-findings.md #6)."""
+    if row["status"] != Status.CRASH or "illegal memory access" not in (row.get("reason") or ""):
+        return None
+    suite = (row.get("case") or {}).get("suite_file") or row["suite"]
+    backend = row.get("backend_spec") or row.get("backend", "?")
+    return f"bash scripts/gpu/sanitize.sh {shlex.quote(suite)} {row['case_id']} {shlex.quote(backend)}"
 
 
 def print_summary(summary, results_path, out=None, max_messages=20):
@@ -48,6 +59,8 @@ def print_summary(summary, results_path, out=None, max_messages=20):
         for line in lines:
             if shown < max_messages:
                 print(f"FAIL {line}\n     rerun: {r['rerun']}", file=out)
+                if (memcheck := memcheck_command(r)) and line is lines[-1]:
+                    print(f"     memcheck: {memcheck}", file=out)
                 for frame in (r.get("traceback") or [])[-2:] if line is lines[-1] else []:
                     print(f"     at {frame}", file=out)
             shown += 1

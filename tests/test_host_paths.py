@@ -3,9 +3,11 @@
 Host copies of the table and lengths stand in for device reads only while they describe the
 inputs; the engine's writes worked out on the host match a token-by-token loop; the oracle's
 host-planned chunks match its own planning; the transfer helper hands over tensors of their own.
+And a crash on an illegal memory access names the command that shows the stray access every time.
 """
 
 import dataclasses
+import io
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from harness import cli, phases
 from harness.cases import Case
 from harness.inputs import generate, host_cache_seqlens, host_copy, write_slots
 from harness.pool import allocate
+from harness.runner import RunSummary
+from harness.summary import memcheck_command, print_summary
 from harness.transfer import to_device
 from reference import mla_attention_batched
 
@@ -114,3 +118,16 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
 ])
 def test_a_spare_worker_is_started_only_for_runs_with_workers(argv, wanted):
     assert cli._wants_workers(argv) is wanted
+
+
+def test_a_crash_on_an_illegal_access_names_the_memcheck_rerun():
+    row = {"status": "crash", "case_id": "edge/empty-rows/1", "suite": "edge", "mode": "decode", "dtype": "fp8_e4m3",
+           "backend": "flashmla", "backend_spec": "flashmla", "case": {"suite_file": ""}, "failed_checks": ["crash"],
+           "reason": "CUDA context lost: AcceleratorError: CUDA error: an illegal memory access was encountered",
+           "rerun": "mla-verify run --suite edge --backend flashmla --device cuda --case edge/empty-rows/1"}
+    assert memcheck_command(row) == "bash scripts/gpu/sanitize.sh edge edge/empty-rows/1 flashmla"
+    assert memcheck_command({**row, "reason": "worker killed by signal SIGSEGV"}) is None
+    assert memcheck_command({**row, "status": "fail"}) is None
+    out = io.StringIO()
+    print_summary(RunSummary(rows=[row]), "r.jsonl", out=out)
+    assert "memcheck: bash scripts/gpu/sanitize.sh edge edge/empty-rows/1 flashmla" in out.getvalue()
