@@ -115,8 +115,15 @@ def start_spare():
         _spares.append(spawn())
 
 
+def worker_job(backend_spec, device, run_chunk) -> tuple:
+    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)``, with this
+    process's torch thread count (see ``serve``).  A spare told one job serves only that job."""
+    import torch
+    return backend_spec, device, torch.get_num_threads(), run_chunk
+
+
 def load_in_spare(job: tuple):
-    """Tell a waiting spare what to load, ``(backend spec, device, threads, run_chunk)``, ahead of its use."""
+    """Tell a waiting spare what to load (``worker_job``), ahead of its use."""
     for spare in _spares:
         if spare.job is None and spare.proc.is_alive():
             spare.conn.send(job)
@@ -150,8 +157,8 @@ def stop_spares():
 
 
 class Worker:
-    def __init__(self, backend_spec, device, threads, run_chunk, startup_timeout_s):
-        worker = worker_for((backend_spec, device, threads, run_chunk))
+    def __init__(self, job: tuple, startup_timeout_s):
+        worker = worker_for(job)
         self.proc, self.conn, self.progress = worker.proc, worker.conn, worker.progress
         self.chunk = None
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
@@ -235,11 +242,10 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     """
     memory = memory or MemoryGate()
     todo = [list(c) for c in chunks if c]
-    import torch
-    threads = torch.get_num_threads()
+    job = worker_job(backend_spec, device, run_chunk)
 
     def start_worker():
-        return Worker(backend_spec, device, threads, run_chunk, startup_timeout_s)
+        return Worker(job, startup_timeout_s)
 
     def requeue(cases):
         """Cases whose rows died with a worker run again, one per chunk: should one of them be

@@ -96,8 +96,7 @@ def main(args) -> int:
         raise InputError("--require-kernel: no real kernel will be verified here ("
                          + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
     if args.workers:       # the spare worker (cli) loads the first backend while this process prepares the run
-        import torch
-        isolation.load_in_spare((specs[0], device, torch.get_num_threads(), run_chunk))
+        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk))
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
         check_writable(args.junit_xml)
