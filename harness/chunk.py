@@ -1,11 +1,11 @@
-"""Cases in chunks: each case's kernel runs on its own, the chunk's comparisons run together.
+"""Cases in chunks: each case's kernel runs on its own, the chunk's oracles and comparisons together.
 
-A case of the ``call`` scenario is built, launched and handed to the oracle on its own
-(kernel first, then oracle); its answer then waits for the rest of its chunk, and one
-``verdicts`` call compares them all with a single device-to-host transfer.  Small cases
-spend most of their time in the host work of a few hundred tiny launches; sharing the
-comparison's launches and its transfer is what makes them cheap.  A case's numbers are
-the same in any chunk (``compare.check_tensors``), and a chunk of one is how a single
+A case of the ``call`` scenario is built and launched on its own; its answer then waits for
+the rest of its chunk, and one ``verdicts`` call runs all their oracles (after every kernel
+of the chunk) and compares them with a single device-to-host transfer.  Small cases spend
+most of their time in the host work of many tiny launches; sharing the oracle's and the
+comparison's launches is what makes them cheap.  A case's numbers are the same in any chunk
+(``reference/batched.py``, ``compare.check_tensors``), and a chunk of one is how a single
 case runs, so there is one path.
 
 Other scenarios (several calls per case, their own checks) run whole, one case at a time,
@@ -107,22 +107,23 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
 
 
 def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
-    """Each answer's outcome and its milliseconds of comparing: together, or each alone if together
-    raised (so the fault lands on its own case)."""
+    """Each answer's outcome and its milliseconds of oracle and comparing: together, or each alone if
+    together raised (so the fault lands on its own case)."""
     if not answers:
         return []
-    t0 = time.perf_counter()
-    judged, failure = _guarded(lambda: scenarios.verdicts(answers))
+    timing = {}
+    judged, failure = _guarded(lambda: scenarios.verdicts(answers, timing))
     if failure is None:
-        share = (time.perf_counter() - t0) * 1e3 / len(answers)
         for clock in clocks:
-            clock.add("compare", share)
-        return [(outcome, share) for outcome in judged]
+            for name, ms in timing.items():
+                clock.add(name, ms / len(answers))
+        return [(outcome, sum(timing.values()) / len(answers)) for outcome in judged]
     # legitimate for memory (a chunk's comparison holds all its answers at once), a harness bug otherwise
     print(f"mla-verify: warning: comparing {len(answers)} cases together raised ({failure.reason}); "
           "comparing each alone", file=sys.stderr)
     alone = []
     for answer, clock in zip(answers, clocks):
+        answer.expected = answer.end_to_end = None      # computed again, alone
         t0 = time.perf_counter()
         with clock:
             judged, failure = _guarded(lambda answer=answer: scenarios.verdicts([answer]))

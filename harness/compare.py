@@ -162,7 +162,10 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
         top, where = maxed[:, start:start + size].max(dim=1)     # ties: the first position
         per_case.append(torch.cat([summed[:, start:start + size].sum(dim=1), top, where.double()]))
     stats = torch.stack(per_case)                                      # (cases, 14)
-    at = torch.tensor(offsets, device=device)[:, None] + stats[:, [10, 13]].long()   # worst, first mismatch
+    starts = torch.tensor(offsets)
+    if starts.device != device:           # from pinned memory, so the host does not wait for the device here
+        starts = starts.pin_memory().to(device, non_blocking=True)
+    at = starts[:, None] + stats[:, [10, 13]].long()                  # worst, first mismatch
     values = torch.stack([a[at[:, 0]], e[at[:, 0]], a[at[:, 1]], e[at[:, 1]]], dim=1)
     rows = torch.cat([stats, values], dim=1).tolist()                  # the one transfer
     for i, row in zip(todo, rows):

@@ -1,28 +1,47 @@
-"""The reference, called on a case's inputs: what every backend is compared with."""
+"""The reference, called on cases' inputs: what every backend is compared with.
+
+All the calls handed over together go to ``reference.mla_attention_many`` at once: a chunk of
+small cases shares its launches, and each call gets the bits it gets alone (``reference/batched.py``).
+"""
+
+import dataclasses
 
 import torch
 
-from reference import mla_attention_batched
+from reference import Problem, mla_attention_many
 
-from .inputs import host_cache_seqlens
+from .inputs import Inputs, host_copy
 
 
 def descale_value(t: torch.Tensor | None) -> float | None:
     return None if t is None else float(t.reshape(-1)[0])
 
 
-def expected(inputs, compute_dtype=torch.float64):
-    """The oracle on exactly the kernel's inputs (for fp8: the quantised q and KV)."""
-    return mla_attention_batched(
-        inputs.q, inputs.kv_pool, inputs.block_table, inputs.cache_seqlens,
-        inputs.softmax_scale, inputs.d_v, causal=inputs.causal,
-        descale_q=descale_value(inputs.descale_q), descale_k=descale_value(inputs.descale_k),
-        compute_dtype=compute_dtype, host_lengths=host_cache_seqlens(inputs))
+def problem(inputs: Inputs) -> Problem:
+    """The attention these inputs ask for, with the table and lengths read from the host's copies."""
+    host = host_copy(inputs)
+    return Problem(inputs.q, inputs.kv_pool, host.block_table.numpy(), tuple(host.cache_seqlens.tolist()),
+                   inputs.softmax_scale, inputs.d_v, inputs.causal,
+                   descale_value(inputs.descale_q), descale_value(inputs.descale_k))
 
 
-def expected_model_precision(inputs, compute_dtype=torch.float64):
+def model_precision(inputs: Inputs) -> Inputs:
+    """fp8 only: the unquantised q and KV, for the end-to-end error."""
+    return dataclasses.replace(inputs, q=inputs.q_model, kv_pool=inputs.kv_pool_model, descale_q=None,
+                               descale_k=None, q_model=None, kv_pool_model=None)
+
+
+def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tuple]:
+    """The oracle's ``(out, lse)`` for each of these inputs (for fp8: the quantised q and KV), together."""
+    return mla_attention_many([problem(inputs) for inputs in calls], compute_dtype)
+
+
+def expected(inputs: Inputs, compute_dtype=torch.float64):
+    """The oracle on exactly the kernel's inputs."""
+    return expected_many([inputs], compute_dtype)[0]
+
+
+def expected_model_precision(inputs: Inputs, compute_dtype=torch.float64):
     """fp8 only: the oracle on the unquantised q and KV, for the end-to-end error."""
-    return mla_attention_batched(
-        inputs.q_model, inputs.kv_pool_model, inputs.block_table, inputs.cache_seqlens,
-        inputs.softmax_scale, inputs.d_v, causal=inputs.causal, compute_dtype=compute_dtype,
-        host_lengths=host_cache_seqlens(inputs))
+    return expected(model_precision(inputs), compute_dtype)
+

@@ -211,10 +211,10 @@ def test_a_harness_fault_is_not_the_kernels_error(tmp_path, capsys, monkeypatch)
     assert row["status"] == "harness_error" and row["phase"] == "inputs" and row["cannot_hold"]
     assert code == 2 and "cannot hold" in out
 
-    def oracle_bug(inputs, compute_dtype=torch.float64):
+    def oracle_bug(calls, compute_dtype=torch.float64):
         raise IndexError("an oracle bug")
     monkeypatch.undo()
-    monkeypatch.setattr(steps.oracle, "expected", oracle_bug)
+    monkeypatch.setattr(steps.oracle, "expected_many", oracle_bug)
     code, _, _ = run(capsys, "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
                      "--out", path)
     row = read_rows(path)[0]

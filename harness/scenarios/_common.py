@@ -79,31 +79,27 @@ def pairs_for(backend, inputs, out, lse, exp_out, exp_lse):
 
 @dataclass
 class Answer:
-    """One kernel call's answer and the oracle's, waiting for its comparison (``verdicts``)."""
+    """One kernel call's answer, waiting for its oracle and comparison (``verdicts``)."""
 
     case: object
     backend: object
     inputs: Inputs
     out: torch.Tensor
     lse: torch.Tensor | None
-    expected: tuple                      # the oracle's (out, lse) on exactly the kernel's inputs
-    end_to_end: tuple | None             # fp8: the oracle's (out, lse) on the unquantised inputs
     kernel_ms: float | None = None
     extra_failures: tuple = ()           # a scenario's own checks (determinism, padding, ...)
     extra_metrics: dict | None = None
     extra_messages: tuple = ()
-    oracle_ms: float = 0.0
+    expected: tuple | None = None        # the oracle's (out, lse) on exactly the kernel's inputs (``verdicts``)
+    end_to_end: tuple | None = None      # fp8: the oracle's (out, lse) on the unquantised inputs
 
 
 def expect(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
            extra_messages=()) -> Answer:
-    """Run the oracle for one kernel call (after the kernel: memory the oracle reuses cannot hide a bug)."""
-    t0 = time.perf_counter()
-    with phase("oracle"):
-        expected = oracle.expected(kernel_view(inputs, backend.capabilities))   # what the kernel computes with
-        e2e = oracle.expected_model_precision(inputs) if inputs.is_fp8 and inputs.q_model is not None else None
-    return Answer(case, backend, inputs, out, lse, expected, e2e, kernel_ms, tuple(extra_failures), extra_metrics,
-                  tuple(extra_messages), (time.perf_counter() - t0) * 1e3)
+    """One kernel call's answer, for ``verdicts`` (which runs the oracle: always after the kernel, so
+    memory the oracle reuses cannot hide a bug)."""
+    return Answer(case, backend, inputs, out, lse, kernel_ms, tuple(extra_failures), extra_metrics,
+                  tuple(extra_messages))
 
 
 def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
@@ -117,12 +113,31 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
                             extra_messages)])[0]
 
 
-def verdicts(answers: list[Answer]) -> list[Outcome]:
-    """Compare many answers with their oracles at once (one device-to-host transfer) and build their outcomes.
+def run_oracles(answers: list[Answer]):
+    """Every answer's oracle, in one ``oracle.expected_many`` call: on the inputs as the kernel computes
+    with them, and for fp8 also on the unquantised ones."""
+    calls, slots = [], []
+    for a in answers:
+        if a.expected is None:
+            calls.append(kernel_view(a.inputs, a.backend.capabilities))     # what the kernel computes with
+            slots.append((a, "expected"))
+        if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
+            calls.append(oracle.model_precision(a.inputs))
+            slots.append((a, "end_to_end"))
+    for (a, field), result in zip(slots, oracle.expected_many(calls)):
+        setattr(a, field, result)
 
-    Each answer's numbers are those it gets alone (``compare.check_tensors``).
+
+def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
+    """Run the answers' oracles and compare them all at once (one device-to-host transfer), and build
+    their outcomes.  ``timing`` gets the host milliseconds of ``oracle`` and ``compare``.
+
+    Each answer's numbers are those it gets alone (``reference/batched.py``, ``compare.check_tensors``).
     """
     t0 = time.perf_counter()
+    with phase("oracle"):
+        run_oracles(answers)
+    t1 = time.perf_counter()
     with phase("compare"):
         checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
         batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
@@ -152,9 +167,12 @@ def verdicts(answers: list[Answer]) -> list[Outcome]:
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i]) for i, a in enumerate(answers)]
         sync(answers[0].inputs.device if answers else "cpu")
-    share = (time.perf_counter() - t0) * 1e3 / max(len(answers), 1)
-    for a, o in zip(answers, outcomes):
-        o.reference_ms = a.oracle_ms + share
+    t2 = time.perf_counter()
+    if timing is not None:
+        timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
+    share = (t2 - t0) * 1e3 / max(len(answers), 1)
+    for o in outcomes:
+        o.reference_ms = share
     return outcomes
 
 
