@@ -37,10 +37,16 @@ def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Out
                      rerun_command(case, backend_spec, device), wall_s)
 
 
+def shape_order(case: Case) -> tuple:
+    """Cases whose oracle requests can share blocks (``reference/batched.py``) sort together."""
+    return (case.scenario, case.dtype, case.d_qk, case.d_v, case.page_size, case.kv_heads, case.heads, case.s_q)
+
+
 def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES) -> list[list[Case]]:
-    """Consecutive cases grouped while they are few and small enough to wait together; a large case alone."""
+    """Cases sorted by shape (``shape_order``; otherwise in their order), then grouped while they are few
+    and small enough to wait together; a large case alone.  Rows are written in this order."""
     chunks, current, held = [], [], 0
-    for case in cases:
+    for case in sorted(cases, key=shape_order):
         need = resources.peak_bytes(case)
         if current and (len(current) >= max_cases or held + need > max_bytes):
             chunks.append(current)

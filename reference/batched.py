@@ -1,35 +1,37 @@
-"""The oracle's fast form: many attention problems at once, in blocks of one fixed shape.
+"""The oracle's fast form: many attention problems at once, in blocks.
 
-A *problem* is one kernel call's attention (``Problem``).  Every request of every problem
-is computed in a *block*: requests of one shape class (query, heads, widths, dtypes,
-scales) whose key counts round up to the same bucket.  The block's shape is a function of
-the class and the device alone: it always has ``block_rows`` request slots, spare slots
-repeat a real request and are thrown away, and every key row is padded to the bucket.  So
-each matmul and each reduction a request goes through has the same shape whatever the
-request's company, and a request gets the same bits computed alone or beside a thousand
-others: a case's numbers cannot depend on how the harness batched its cases.
+A *problem* is one kernel call's attention (``Problem``).  Its requests are computed in
+*blocks* of requests that share a shape, and a request's bits must not depend on which
+other calls were computed beside it: a case's numbers are the same run alone or in a chunk.
+So the block a request lands in has a shape fixed by the request or by its own call:
 
-Batching is what makes it fast on a GPU: a chunk of small cases costs a few dozen
-launches per block instead of per case.  On the CPU, where a spare slot costs real
-arithmetic, a block is a single request.
+- on a GPU, a short request (``SHARED_MAX_KEYS``) joins a *shared* block of its class
+  (query, heads, widths, dtypes, scales, and its key count rounded up to 64).  A shared
+  block always has the same number of request slots; spare ones repeat a real request and
+  are thrown away.  Small cases are host-bound, and this is what lets a chunk of them cost
+  a few dozen launches per block instead of per case.
+- any other request goes to one of its own call's blocks: that call's requests shortest
+  first, as many as fit ``max_elements`` entries, padded to the longest.
 
 The arithmetic per block is the batched definition (``attention.mla_attention_loop``):
-keys gathered head-major, ``(rows, h_kv, n, d)``, so both matmuls read them in place;
-padded key slots read a real token of the same request (their score is masked and their
-weight is exactly 0), so poisoned memory never leaks in; the softmax scale goes on q and
+keys gathered page by page into head-major ``(rows, h_kv, n, d)``, so both matmuls read
+them in place; keys past a request's length are zeroed (their scores are masked and their
+weight is exactly 0, so poisoned memory never leaks in); the softmax scale goes on q and
 the normalisation on the output.  Planning reads block tables and lengths on the host.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from .fp8 import dequantize_fp8, is_fp8
 
-MAX_BLOCK_ELEMENTS = 2 ** 24   # entries of a block's largest float64 tensor (scores or keys), past one request
-BLOCK_ROWS = {"cuda": 64, "cpu": 1}   # the most requests in a block, by device type
+MAX_BLOCK_ELEMENTS = 2 ** 28    # entries of a block's largest float64 tensor (scores or keys), past one request
+SHARED_MAX_KEYS = 256           # on a GPU, requests up to this long share blocks with other calls' requests
+SHARED_ROWS = 64                # request slots of a shared block, at most ...
+SHARED_BLOCK_ELEMENTS = 2 ** 23  # ... and as many as keep its largest tensor within this
 
 
 @dataclass(frozen=True)
@@ -48,22 +50,8 @@ class Problem:
     descale_k: float | None = None
 
 
-def key_bucket(n: int) -> int:
-    """The key count a request of ``n`` keys is padded to: a multiple of 64 (every row of a block
-    starts equally aligned), and within a quarter-octave above 256 (at most 25% padding)."""
-    if n <= 256:
-        return max(64, -(-n // 64) * 64)
-    step = 1 << ((n - 1).bit_length() - 3)
-    return -(-n // step) * step
-
-
-def block_rows(n_keys: int, per_key: int, device_type: str, max_elements: int) -> int:
-    """Request slots in a block of ``n_keys``-key rows: as many as fit ``max_elements``, up to the device's cap."""
-    cap = BLOCK_ROWS.get(device_type, 1)
-    return max(1, min(cap, max_elements // (n_keys * per_key)))
-
-
 def read_as(x: torch.Tensor, descale, dtype) -> torch.Tensor:
+    """``x`` as the kernel reads it, in ``dtype``: fp8 times its descale, anything else as it is."""
     if is_fp8(x.dtype):
         return dequantize_fp8(x, 1.0 if descale is None else float(descale), dtype)
     if descale is not None:
@@ -71,77 +59,124 @@ def read_as(x: torch.Tensor, descale, dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _shape_class(p: Problem, n_keys: int, compute_dtype) -> tuple:
-    b, s_q, h_q, d_qk = p.q.shape
-    return (s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.q.dtype, p.kv_pool.dtype, p.q.device,
-            p.kv_pool.device, p.softmax_scale, p.descale_q, p.descale_k, compute_dtype)
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
 
 
 @dataclass
 class _Block:
-    key: tuple                       # the shape class
+    key: tuple                       # the shape class: (s_q, h_q, h_kv, d_qk, d_v, n_keys, ...)
     rows: int                        # request slots
-    members: list                    # (problem index, request index), at most ``rows``
+    members: list = field(default_factory=list)    # (problem index, request index), at most ``rows``
+
+    @property
+    def n_keys(self) -> int:
+        return self.key[5]
 
 
-def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int) -> list[_Block]:
-    """Every request with keys, in blocks by shape class, in the order the problems give them."""
-    open_blocks, blocks = {}, []
+def _shape_class(p: Problem, n_keys: int, compute_dtype) -> tuple:
+    _, s_q, h_q, d_qk = p.q.shape
+    return (s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.kv_pool.shape[1], p.q.dtype, p.kv_pool.dtype,
+            p.q.device, p.kv_pool.device, p.softmax_scale, p.descale_q, p.descale_k, compute_dtype)
+
+
+def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_BLOCK_ELEMENTS) -> list[_Block]:
+    """Every request with keys, in blocks.
+
+    On a GPU a short request goes to a *shared* block of its class: ``shared_rows`` slots, keys padded
+    to a multiple of 64 (and of the page size).  Any other request goes to one of its own call's
+    blocks: its long requests shortest first, as many as fit ``max_elements``, padded to the longest.
+    Either way the block a request lands in is fixed by the request (shared) or by its own call (own).
+    """
+    shared, blocks = {}, []
     for pi, p in enumerate(problems):
         _, s_q, h_q, d_qk = p.q.shape
         per_key = max(s_q * h_q, p.kv_pool.shape[2] * d_qk)    # scores and keys, per key
+        page_size = p.kv_pool.shape[1]
+        own = []
         for r, n in enumerate(p.lengths):
             if n <= 0:
                 continue                  # no keys: out 0, LSE +inf, and nothing read
-            n_keys = key_bucket(n)
+            if not shares_blocks(p.q.device) or n > SHARED_MAX_KEYS:
+                own.append(r)
+                continue
+            n_keys = _round_up(_round_up(n, 64), page_size)
             key = _shape_class(p, n_keys, compute_dtype)
-            block = open_blocks.get(key)
+            block = shared.get(key)
             if block is None or len(block.members) == block.rows:
-                rows = block_rows(n_keys, per_key, p.q.device.type, max_elements)
-                block = open_blocks[key] = _Block(key, rows, [])
+                block = shared[key] = _Block(key, shared_rows(n_keys, per_key))
                 blocks.append(block)
             block.members.append((pi, r))
+        blocks += _own_blocks(pi, p, own, per_key, compute_dtype, max_elements)
     return blocks
 
 
-def _runs(members):
+def shares_blocks(device: torch.device) -> bool:
+    """Whether calls share blocks on this device: on a GPU, where a spare slot costs next to nothing
+    and a launch costs more than a small block's arithmetic; not on the CPU, where it is the reverse."""
+    return device.type == "cuda"
+
+
+def shared_rows(n_keys: int, per_key: int) -> int:
+    return max(1, min(SHARED_ROWS, SHARED_BLOCK_ELEMENTS // (n_keys * per_key)))
+
+
+def _own_blocks(pi, p: Problem, requests: list, per_key: int, compute_dtype, max_elements) -> list[_Block]:
+    page_size = p.kv_pool.shape[1]
+    by_length = sorted(requests, key=lambda r: p.lengths[r])
+    blocks, start = [], 0
+    while start < len(by_length):
+        end = start + 1                # sorted: a block's last request is its longest
+        while end < len(by_length) and \
+                (end + 1 - start) * _round_up(p.lengths[by_length[end]], page_size) * per_key <= max_elements:
+            end += 1
+        members = [(pi, r) for r in by_length[start:end]]
+        n_keys = _round_up(p.lengths[by_length[end - 1]], page_size)
+        blocks.append(_Block(_shape_class(p, n_keys, compute_dtype), end - start, members))
+        start = end
+    return blocks
+
+
+def _runs(slots):
     """``(problem index, first slot, end slot)`` for each run of consecutive slots of one problem."""
     runs, start = [], 0
-    for j in range(1, len(members) + 1):
-        if j == len(members) or members[j][0] != members[start][0]:
-            runs.append((members[start][0], start, j))
+    for j in range(1, len(slots) + 1):
+        if j == len(slots) or slots[j][0] != slots[start][0]:
+            runs.append((slots[start][0], start, j))
             start = j
     return runs
 
 
-def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.ndarray]:
-    """On the host: per run of one problem's slots, its request rows and the pool rows
-    ``(slot * h_kv + head)`` of their keys; and the block's key limits ``(rows, s_q)``, how many keys
-    each query token sees.  Spare slots repeat the last real request."""
+def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.ndarray, np.ndarray]:
+    """On the host: per run of one call's slots, its request rows and the pages their keys are read
+    from ``(k, n_pages)``; and the block's key counts and key limits ``(rows, s_q)`` (how many keys
+    each query token sees).  Spare slots repeat the last real request."""
     slots = block.members + [block.members[-1]] * (block.rows - len(block.members))
-    s_q, _, h_kv, _, _, n_keys = block.key[:6]
-    t = np.arange(n_keys)
-    runs, limits = [], []
+    s_q, page_size = block.key[0], block.key[6]
+    n_pages = block.n_keys // page_size
+    runs, lengths, limits = [], [], []
+    i = np.arange(s_q)
     for pi, start, end in _runs(slots):
         p = problems[pi]
-        page_size, width = p.kv_pool.shape[1], p.block_table.shape[1]
         requests = np.array([r for _, r in slots[start:end]])
-        lengths = np.array([p.lengths[r] for r in requests])
-        # columns past the table only ever back padded keys, which are replaced below
-        pages = p.block_table[requests][:, np.minimum(t // page_size, width - 1)].astype(np.int64)
-        key_slots = pages * page_size + t % page_size
-        key_slots = np.where(t < lengths[:, None], key_slots, key_slots[:, :1])   # padding: the first token
-        pool_rows = key_slots[:, None, :] * h_kv + np.arange(h_kv)[None, :, None]
-        runs.append((pi, start, end, requests, pool_rows.reshape(-1)))
-        i = np.arange(s_q)
-        limit = lengths[:, None] - s_q + i[None, :] + 1 if p.causal else np.repeat(lengths[:, None], s_q, 1)
-        limits.append(np.clip(limit, 0, None))
-    return runs, np.concatenate(limits)
+        run_lengths = np.array([p.lengths[r] for r in requests])
+        width = p.block_table.shape[1]
+        pages = p.block_table[requests][:, np.minimum(np.arange(n_pages), width - 1)]
+        # a page past the request's own (table padding, which may hold anything) is read as its first
+        # page; the keys read there are padding, zeroed before use
+        own_pages = np.arange(n_pages)[None, :] < -(-run_lengths[:, None] // page_size)
+        runs.append((pi, start, end, requests, np.where(own_pages, pages, pages[:, :1])))
+        lengths.append(run_lengths)
+        seen = run_lengths[:, None] - s_q + i[None, :] + 1 if p.causal else np.repeat(run_lengths[:, None], s_q, 1)
+        limits.append(np.clip(seen, 0, None))
+    return runs, np.concatenate(lengths), np.concatenate(limits)
 
 
 def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
                        max_elements: int = MAX_BLOCK_ELEMENTS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each problem's out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)``, in ``compute_dtype``."""
+    if len({p.q.device for p in problems}) > 1:
+        raise ValueError("all problems must have q on one device")
     results = []
     for p in problems:
         b, s_q, h_q, _ = p.q.shape
@@ -151,11 +186,12 @@ def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
     if not blocks:
         return results
     planned = [_block_indices(block, problems) for block in blocks]
-    host = [a for runs, limits in planned for run in runs for a in run[3:]] + [limits for _, limits in planned]
+    host = [a for runs, lengths, limits in planned for a in [lengths, limits] + [x for run in runs for x in run[3:]]]
     sent = iter(_send(host, problems[0].q.device))
-    sent_runs = [[(pi, start, end, next(sent), next(sent)) for pi, start, end, _, _ in runs] for runs, _ in planned]
-    for block, runs in zip(blocks, sent_runs):
-        _run_block(block, problems, results, runs, next(sent), compute_dtype)
+    for block, (runs, _, _) in zip(blocks, planned):
+        lengths, limits = next(sent), next(sent)
+        sent_runs = [(pi, start, end, next(sent), next(sent)) for pi, start, end, _, _ in runs]
+        _run_block(block, problems, results, sent_runs, lengths, limits, compute_dtype)
     return results
 
 
@@ -167,22 +203,32 @@ def _send(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
     return list(torch.split(packed, [a.size for a in arrays]))
 
 
-def _run_block(block, problems, results, runs, limit, compute_dtype):
-    """Gather a block's queries and keys run by run, attend, and copy each real request's rows out."""
-    s_q, h_q, h_kv, d_qk, d_v, n_keys = block.key[:6]
+def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
+    """Gather a block's queries and key pages run by run, attend, and copy each real request's rows out."""
+    s_q, h_q, h_kv, d_qk, d_v, n_keys, page_size = block.key[:7]
     first = problems[block.members[0][0]]
-    rows, device = block.rows, first.q.device
+    rows, device, pool_device = block.rows, first.q.device, first.kv_pool.device
+    n_pages = n_keys // page_size
     q = torch.empty(rows, s_q * h_q * d_qk, dtype=first.q.dtype, device=device)
-    keys = torch.empty(rows * h_kv * n_keys, d_qk, dtype=first.kv_pool.dtype, device=first.kv_pool.device)
-    per_slot = h_kv * n_keys
-    for pi, start, end, requests, pool_rows in runs:
+    pages = torch.empty(rows * n_pages, page_size * h_kv * d_qk, dtype=first.kv_pool.dtype, device=pool_device)
+    for pi, start, end, requests, run_pages in runs:
         p = problems[pi]
         torch.index_select(p.q.reshape(p.q.shape[0], -1), 0, requests, out=q[start:end])
-        torch.index_select(p.kv_pool.reshape(-1, d_qk), 0, pool_rows.to(p.kv_pool.device),
-                           out=keys[start * per_slot:end * per_slot])
-    keys = read_as(keys.view(rows, h_kv, n_keys, d_qk).to(device), first.descale_k, compute_dtype)
+        torch.index_select(p.kv_pool.reshape(p.kv_pool.shape[0], -1), 0, run_pages.view(-1).to(pool_device),
+                           out=pages[start * n_pages:end * n_pages])
+    # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
+    keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
+    keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
+    if is_fp8(first.kv_pool.dtype):
+        keys.mul_(1.0 if first.descale_k is None else float(first.descale_k))     # as read_as dequantises
+    elif first.descale_k is not None:
+        raise ValueError("a descale was given for a non-fp8 tensor")
+    # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
+    # 0 * NaN would not be
+    padding = torch.arange(n_keys, device=device)[None, :] >= lengths[:, None]
+    keys.masked_fill_(padding[:, None, :, None], 0.0)
     qf = read_as(q.view(rows, s_q, h_q, d_qk), first.descale_q, compute_dtype) * first.softmax_scale
-    out, lse = attend_block(qf, keys, limit.view(rows, s_q), d_v, h_q // h_kv)
+    out, lse = attend_block(qf, keys, limits.view(rows, s_q), d_v, h_q // h_kv)
     real = len(block.members)
     for pi, start, end, requests, _ in runs:
         if start >= real:

@@ -97,3 +97,15 @@ def test_rows_say_where_the_time_went(tmp_path):
     for row in read_rows(tmp_path / "phases.jsonl"):
         assert set(row["phase_ms"]) == {"inputs", "kernel", "oracle", "compare"}
         assert all(ms > 0 for ms in row["phase_ms"].values())
+
+
+@pytest.mark.parametrize("spec", ["torch", "mutant:read_past_seqlen"])
+def test_rows_do_not_depend_on_chunks_when_calls_share_oracle_blocks(tmp_path, spec, one_thread, monkeypatch):
+    """On a GPU the oracle computes short requests of many cases in shared blocks; forced on here."""
+    from reference import batched
+    monkeypatch.setattr(batched, "shares_blocks", lambda device: True)
+    cases = suite_cases(tmp_path, 3)
+    one_at_a_time = run(tmp_path, "serial", cases, spec, workers=0)
+    chunked = run(tmp_path, "chunked", cases[::-1], spec, workers=0, chunk_cases=16)
+    for case_id, row in one_at_a_time.items():
+        assert chunked[case_id] == row, case_id

@@ -1,0 +1,93 @@
+"""The oracle's batched form (``reference/batched.py``): many calls at once give each call the bits it
+gets alone, and the values of the loop definition.  Blocks shared between calls are a GPU's plan; they
+are forced on here so the CPU checks them too."""
+
+import numpy as np
+import pytest
+import torch
+
+from reference import Problem, batched, mla_attention_loop, mla_attention_many, quantize_fp8
+
+
+def random_problem(seed, causal, s_q, heads, lengths, fp8=False, page_size=64, d_qk=40, d_v=32):
+    g = torch.Generator().manual_seed(seed)
+    b = len(lengths)
+    pages_per = [max(1, -(-n // page_size)) for n in lengths]
+    num_pages = 1 + sum(pages_per) + 2
+    pool = torch.full((num_pages, page_size, 1, d_qk), float("nan"))         # poison outside the requests
+    order = torch.randperm(num_pages - 1, generator=g)[:sum(pages_per)] + 1
+    width = max(pages_per) + 1
+    table = np.full((b, width), -1, dtype=np.int32)                           # padding past each request
+    at = 0
+    for r, (n, k) in enumerate(zip(lengths, pages_per)):
+        table[r, :k] = order[at:at + k].numpy()
+        at += k
+        flat = pool[torch.from_numpy(table[r, :k]).long()].reshape(-1, 1, d_qk)
+        flat[:n] = torch.randn(n, 1, d_qk, generator=g)
+        pool[torch.from_numpy(table[r, :k]).long()] = flat.reshape(k, page_size, 1, d_qk)
+    q = torch.randn(b, s_q, heads, d_qk, generator=g)
+    descale = None
+    if fp8:
+        descale = 0.05
+        pool, q = quantize_fp8(pool, descale), quantize_fp8(q, descale)
+    else:
+        pool, q = pool.to(torch.bfloat16), q.to(torch.bfloat16)
+    return Problem(q, pool, table, tuple(lengths), d_qk ** -0.5, d_v, causal, descale, descale)
+
+
+def problems():
+    gen = np.random.default_rng(0)
+    made = []
+    for i in range(14):
+        b = int(gen.integers(1, 5))
+        lengths = [int(n) for n in gen.choice([0, 1, 3, 63, 64, 65, 200, 256, 300, 700], size=b)]
+        made.append(random_problem(i, causal=bool(i % 2), s_q=int(gen.choice([1, 2])), heads=4,
+                                   lengths=lengths, fp8=i % 5 == 4))
+    return made
+
+
+@pytest.fixture(params=[False, True], ids=["own-blocks", "shared-blocks"])
+def sharing(request, monkeypatch):
+    monkeypatch.setattr(batched, "shares_blocks", lambda device: request.param)
+    # one thread: with two, the CPU BLAS's first matmul in a process can differ in its last bits from
+    # later ones on the same inputs (see tests/test_parallel_runs.py), which is not the batching's doing
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield request.param
+    torch.set_num_threads(threads)
+
+
+def test_many_calls_give_each_the_bits_it_gets_alone(sharing):
+    ps = problems()
+    together = mla_attention_many(ps)
+    for p, (out, lse) in zip(ps, together):
+        alone_out, alone_lse = mla_attention_many([p])[0]
+        assert torch.equal(out, alone_out) and torch.equal(lse, alone_lse)
+    # in reverse, and interleaved with itself: still the same bits
+    again = mla_attention_many(ps[::-1] + ps[:3])
+    for (out, lse), (out2, lse2) in zip(together[::-1] + together[:3], again):
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
+def test_many_calls_match_the_loop_definition(sharing):
+    for p in problems():
+        out, lse = mla_attention_many([p])[0]
+        table = torch.from_numpy(p.block_table).clamp(min=0)
+        ref_out, ref_lse = mla_attention_loop(p.q, p.kv_pool, table, torch.tensor(p.lengths), p.softmax_scale,
+                                              p.d_v, p.causal, p.descale_q, p.descale_k)
+        torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(lse, ref_lse, rtol=1e-12, atol=1e-12)
+        assert torch.isfinite(out).all()            # poison past a request's keys never leaks in
+
+
+def test_a_request_lands_in_a_block_of_one_shape_whatever_its_company(sharing):
+    ps = problems()
+    alone = {(pi, r): (block.rows, block.n_keys) for pi, p in enumerate(ps)
+             for block in batched.plan_blocks([p], torch.float64) for _, r in block.members}
+    together = batched.plan_blocks(ps, torch.float64)
+    assert sorted(m for block in together for m in block.members) == sorted(alone)
+    for block in together:
+        for member in block.members:
+            assert (block.rows, block.n_keys) == alone[member], member
+    shared = [block for block in together if len({pi for pi, _ in block.members}) > 1]
+    assert bool(shared) == sharing, "forced sharing must put several calls in one block"
