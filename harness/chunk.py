@@ -16,9 +16,12 @@ import shlex
 import sys
 import time
 
+from reference.batched import SHARED_MAX_KEYS
+
 from . import environment, resources, scenarios
 from .cases import Case
 from .errors import InputError, Unsupported
+from .inputs import cache_seqlens_for, draw_seq_lens
 from .outcome import BackendIdentity, Outcome, ResultRow
 from .phases import PhaseClock, PhaseError
 
@@ -38,8 +41,11 @@ def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Out
 
 
 def shape_order(case: Case) -> tuple:
-    """Cases whose oracle requests can share blocks (``reference/batched.py``) sort together."""
-    return (case.scenario, case.dtype, case.d_qk, case.d_v, case.page_size, case.kv_heads, case.heads, case.s_q)
+    """Cases whose oracle requests can share blocks (``reference/batched.py``) sort together: short
+    cases first (a long one fills a chunk's memory alone), then by shape."""
+    long = max(cache_seqlens_for(case, draw_seq_lens(case)), default=0) > SHARED_MAX_KEYS
+    return (long, case.scenario, case.dtype, case.d_qk, case.d_v, case.page_size, case.kv_heads, case.heads,
+            case.s_q)
 
 
 def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES) -> list[list[Case]]:

@@ -131,12 +131,15 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
     padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
     offsets = list(itertools.accumulate(padded[:-1], initial=0))
     total = sum(padded)
-    # written in place: the buffers are the float64 work, and a copy of them would double it
-    a = torch.zeros(total, dtype=torch.float64, device=device)
-    e = torch.zeros(total, dtype=torch.float64, device=device)
-    for i, start, n in zip(todo, offsets, sizes):
-        a[start:start + n].copy_(pairs[i].actual.reshape(-1))
-        e[start:start + n].copy_(pairs[i].expected.reshape(-1))
+    # each side in one concatenation, widened as it is written, with zeros between the pairs' slices
+    zeros = torch.zeros(SEGMENT_ALIGN, dtype=torch.float64, device=device)
+    a = torch.empty(total, dtype=torch.float64, device=device)
+    e = torch.empty(total, dtype=torch.float64, device=device)
+    for out, side in ((a, "actual"), (e, "expected")):
+        parts = []
+        for i, n, size in zip(todo, sizes, padded):
+            parts += [getattr(pairs[i], side).reshape(-1), zeros[:size - n]]
+        torch.cat(parts, out=out)
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both

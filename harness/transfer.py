@@ -27,7 +27,7 @@ def to_device(tensors: list[torch.Tensor], device) -> list[torch.Tensor]:
     starts = list(itertools.accumulate(sizes[:-1], initial=0))
     total = sum(sizes)
     packed = torch.empty(max(total, 1), dtype=torch.int32, pin_memory=True)
-    for t, start, n in zip(tensors, starts, sizes):
-        packed[start:start + n].copy_(t.reshape(-1))
+    if tensors:
+        torch.cat([t.reshape(-1) for t in tensors], out=packed[:total])
     staged = packed.to(device, non_blocking=True)      # the pinned buffer is kept until the copy is done
     return [staged[start:start + n].view(t.shape).clone() for t, start, n in zip(tensors, starts, sizes)]
