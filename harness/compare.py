@@ -106,7 +106,7 @@ SEGMENT_ALIGN = 64    # elements: each pair's slice starts 512-byte aligned, as 
 
 def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
     """The value checks of every pair: element-wise work on all of them concatenated, then two
-    reductions per pair over its own aligned slice, and one transfer for all.
+    reductions per pair over its own aligned slice, and one transfer per group of pairs.
 
     A pair's numbers never depend on the others beside it: its slice is reduced as a tensor of its
     own would be (same length, same alignment), so a case checked in a chunk gets the bits it
@@ -124,10 +124,34 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
                                      bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
             if pair.expected.numel():
                 todo.append(i)
-    if not todo:
-        return results
-    device = pairs[todo[0]].expected.device
-    sizes = [pairs[i].expected.numel() for i in todo]
+    for group in _groups(todo, [pairs[i].expected.numel() for i in todo]):
+        for i, row in zip(group, _statistics([pairs[i] for i in group], bound)):
+            _fill(results[i], row, bound)
+    return results
+
+
+# A reduction over a tensor whose offsets pass 2**31 bytes is split by torch into pieces (64-bit
+# indexing), which changes the order of a sum.  A pair's slice is a view into buffers of 6 rows of a
+# group's length: groups stay short enough that no slice is split unless, alone, it would be too.
+GROUP_ELEMENTS = 2 ** 31 // (8 * 8)
+
+
+def _groups(todo: list[int], sizes: list[int]) -> list[list[int]]:
+    groups, current, held = [], [], 0
+    for i, n in zip(todo, sizes):
+        size = -(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN
+        if current and held + size > GROUP_ELEMENTS:
+            groups.append(current)
+            current, held = [], 0
+        current.append(i)
+        held += size
+    return groups + ([current] if current else [])
+
+
+def _statistics(pairs: list[Pair], bound: Bound) -> list[list]:
+    """Each pair's row of statistics (see ``_fill``), in one transfer."""
+    device = pairs[0].expected.device
+    sizes = [p.expected.numel() for p in pairs]
     padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
     offsets = list(itertools.accumulate(padded[:-1], initial=0))
     total = sum(padded)
@@ -137,14 +161,15 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
     e = torch.empty(total, dtype=torch.float64, device=device)
     for out, side in ((a, "actual"), (e, "expected")):
         parts = []
-        for i, n, size in zip(todo, sizes, padded):
-            parts += [getattr(pairs[i], side).reshape(-1), zeros[:size - n]]
+        for pair, n, size in zip(pairs, sizes, padded):
+            parts += [getattr(pair, side).reshape(-1), zeros[:size - n]]
         torch.cat(parts, out=out)
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
     same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
     summed = torch.empty(6, total, dtype=torch.float64, device=device)   # summed per case: see _fill
+    # (GROUP_ELEMENTS keeps 6 rows of ``total`` within 32-bit offsets)
     maxed = torch.empty(4, total, dtype=torch.float64, device=device)    # maximised per case
     af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
     zero = torch.zeros((), dtype=torch.float64, device=device)
@@ -170,14 +195,11 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
         starts = starts.pin_memory().to(device, non_blocking=True)
     at = starts[:, None] + stats[:, [10, 13]].long()                  # worst, first mismatch
     values = torch.stack([a[at[:, 0]], e[at[:, 0]], a[at[:, 1]], e[at[:, 1]]], dim=1)
-    rows = torch.cat([stats, values], dim=1).tolist()                  # the one transfer
-    for i, row in zip(todo, rows):
-        _fill(results[i], row, bound)
-    return results
+    return torch.cat([stats, values], dim=1).tolist()                  # the one transfer
 
 
 def _fill(res: TensorCheck, row: list, bound: Bound):
-    """A pair's checks from its row of statistics (see ``_check_values``)."""
+    """A pair's checks from its row of statistics (see ``_statistics``)."""
     (aa, ee, ae, dd, n_mismatch, violations, res.worst_ratio, res.max_abs_err, res.max_rel_err, _,
      flat, _, _, first_mismatch, res.worst_actual, res.worst_expected, mismatch_actual, mismatch_expected) = row
     res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)

@@ -185,12 +185,16 @@ def test_tolerance_table_has_every_dtype_with_a_rationale():
             assert x.atol >= k.atol and x.rtol >= k.rtol and x.cos_diff >= k.cos_diff
 
 
+@pytest.mark.parametrize("group_elements", [None, 1024])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed):
+def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements, monkeypatch):
     """check_tensors on many pairs at once: every field of every check, bit for bit, as checked alone."""
     import json
 
+    from harness import compare
     from harness.compare import Pair, check_tensors
+    if group_elements:        # small groups: the pairs split over several, each with its own transfer
+        monkeypatch.setattr(compare, "GROUP_ELEMENTS", group_elements)
     g = torch.Generator().manual_seed(seed)
     bound = TOLERANCES["bf16"].out
     pairs = []
@@ -207,3 +211,11 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed):
         alone = check_tensors("out", [pair], bound)[0]
         assert json.dumps(check.to_dict()) == json.dumps(alone.to_dict()), seed
     assert any(Kind.NONFINITE.value in c.failures for c in together) and not together[-1].passed
+
+
+def test_groups_keep_slices_within_32_bit_offsets_unless_a_pair_alone_passes_them():
+    from harness.compare import GROUP_ELEMENTS, _groups
+    sizes = [GROUP_ELEMENTS // 4] * 5 + [GROUP_ELEMENTS * 2, 100, 100]
+    groups = _groups(list(range(len(sizes))), sizes)
+    assert groups == [[0, 1, 2, 3], [4], [5], [6, 7]]
+    assert sum(groups, []) == list(range(len(sizes)))
