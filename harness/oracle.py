@@ -44,4 +44,3 @@ def expected(inputs: Inputs, compute_dtype=torch.float64):
 def expected_model_precision(inputs: Inputs, compute_dtype=torch.float64):
     """fp8 only: the oracle on the unquantised q and KV, for the end-to-end error."""
     return expected(model_precision(inputs), compute_dtype)
-

@@ -21,7 +21,7 @@ from .pool import pages_for
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
 CUDA_FRACTION = 0.9     # the caching allocator's fragmentation and the CUDA context
-ORACLE_MAX_ELEMENTS = 2 ** 28   # reference.mla_attention_batched's chunk bound
+ORACLE_MAX_ELEMENTS = 2 ** 28   # reference.batched.MAX_BLOCK_ELEMENTS: a block of its own call's requests
 TORCH_BACKEND_KEYS = 8 * 64     # the torch backend's split: 8 pages of keys per request at a time
 # A CPU run's time grows with the cached KV it builds and reads: on 2 cores, 1.9e8 elements (a batch of
 # 64 long-tail requests) took 10 s and 1.3e9 (a batch of 512) 112 s, input building, torch backend and
