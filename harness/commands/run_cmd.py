@@ -40,8 +40,8 @@ def add_parser(sub):
                    help="worker processes that run the kernel (default 1); 0 runs in this process, "
                         "without crash isolation")
     p.add_argument("--chunk", type=int, default=CHUNK_CASES, metavar="N",
-                   help=f"cases compared together, in one transfer (default {CHUNK_CASES}); 1 runs each case "
-                        "alone.  The rows are the same either way")
+                   help=f"cases whose oracles run in one pass and are compared in one transfer (default "
+                        f"{CHUNK_CASES}); 1 runs each case alone.  The rows are the same either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
