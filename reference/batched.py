@@ -149,8 +149,8 @@ def _runs(slots):
 
 def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.ndarray, np.ndarray]:
     """On the host: per run of one call's slots, its request rows and the pages their keys are read
-    from ``(k, n_pages)``; and the block's key counts and key limits ``(rows, s_q)`` (how many keys
-    each query token sees).  Spare slots repeat the last real request."""
+    from ``(k, n_pages)``; and the block's key counts ``(rows,)`` and limits ``(rows, s_q)`` (how many
+    keys each query token sees).  Spare slots repeat the last real request."""
     slots = block.members + [block.members[-1]] * (block.rows - len(block.members))
     s_q, page_size = block.key[0], block.key[6]
     n_pages = block.n_keys // page_size
@@ -161,10 +161,14 @@ def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.nda
         requests = np.array([r for _, r in slots[start:end]])
         run_lengths = np.array([p.lengths[r] for r in requests])
         width = p.block_table.shape[1]
+        needed = -(-run_lengths // page_size)
+        if (needed > width).any():
+            r = int(requests[np.argmax(needed > width)])
+            raise ValueError(f"request {r}: {p.lengths[r]} keys need more pages than the table's {width} columns")
         pages = p.block_table[requests][:, np.minimum(np.arange(n_pages), width - 1)]
         # a page past the request's own (table padding, which may hold anything) is read as its first
         # page; the keys read there are padding, zeroed before use
-        own_pages = np.arange(n_pages)[None, :] < -(-run_lengths[:, None] // page_size)
+        own_pages = np.arange(n_pages)[None, :] < needed[:, None]
         runs.append((pi, start, end, requests, np.where(own_pages, pages, pages[:, :1])))
         lengths.append(run_lengths)
         seen = run_lengths[:, None] - s_q + i[None, :] + 1 if p.causal else np.repeat(run_lengths[:, None], s_q, 1)

@@ -91,3 +91,10 @@ def test_a_request_lands_in_a_block_of_one_shape_whatever_its_company(sharing):
             assert (block.rows, block.n_keys) == alone[member], member
     shared = [block for block in together if len({pi for pi, _ in block.members}) > 1]
     assert bool(shared) == sharing, "forced sharing must put several calls in one block"
+
+
+def test_a_table_too_narrow_for_a_length_is_refused():
+    p = random_problem(0, causal=True, s_q=1, heads=4, lengths=[65, 3])
+    narrow = Problem(p.q, p.kv_pool, p.block_table[:, :1], p.lengths, p.softmax_scale, p.d_v, p.causal)
+    with pytest.raises(ValueError, match="request 0: 65 keys need more pages"):
+        mla_attention_many([narrow])
