@@ -16,6 +16,7 @@ import torch
 
 from .checks import Kind
 from .tolerances import Bound
+from .transfer import to_device
 
 
 @dataclass
@@ -190,9 +191,7 @@ def _statistics(pairs: list[Pair], bound: Bound) -> list[list]:
         top, where = maxed[:, start:start + size].max(dim=1)     # ties: the first position
         per_case.append(torch.cat([summed[:, start:start + size].sum(dim=1), top, where.double()]))
     stats = torch.stack(per_case)                                      # (cases, 14)
-    starts = torch.tensor(offsets)
-    if starts.device != device:           # from pinned memory, so the host does not wait for the device here
-        starts = starts.pin_memory().to(device, non_blocking=True)
+    starts = to_device([torch.tensor(offsets, dtype=torch.int32)], device)[0].long()   # int32: a group is short
     at = starts[:, None] + stats[:, [10, 13]].long()                  # worst, first mismatch
     values = torch.stack([a[at[:, 0]], e[at[:, 0]], a[at[:, 1]], e[at[:, 1]]], dim=1)
     return torch.cat([stats, values], dim=1).tolist()                  # the one transfer

@@ -130,14 +130,6 @@ def host_copy(inputs: Inputs) -> HostCopy:
                     (inputs.block_table, inputs.cache_seqlens, inputs.seq_lens))
 
 
-def host_cache_seqlens(inputs: Inputs) -> list[int]:
-    """``cache_seqlens`` as ints: from the host copy while it still describes them, so no wait on the device."""
-    host = inputs.host
-    if host is not None and host.sent[1] is inputs.cache_seqlens:
-        return host.cache_seqlens.tolist()
-    return inputs.cache_seqlens.tolist()
-
-
 def draw_seq_lens(case: Case) -> list[int]:
     """SGLang's ``seq_lens`` (the prefix, for verify) of each request."""
     return list(_drawn_seq_lens(case))

@@ -117,11 +117,6 @@ def _first(mask: np.ndarray):
     return i if mask.ndim == 1 else tuple(int(x) for x in np.unravel_index(i, mask.shape))
 
 
-def _to_device(array: np.ndarray, device) -> torch.Tensor:
-    """The array as a tensor on ``device``: shares the array's memory on the CPU, one copy elsewhere."""
-    return torch.from_numpy(array).to(device)
-
-
 # ---- allocation ----------------------------------------------------------------------------------
 
 def _shuffled_pages(n: int, gen: torch.Generator) -> np.ndarray:
@@ -180,7 +175,7 @@ def _req_to_token(pages: np.ndarray, lengths: np.ndarray, rows: np.ndarray, max_
 
 
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
-             padding: str = "minus_one", table_width: int | None = None, device="cpu",
+             padding: str = "minus_one", table_width: int | None = None,
              pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=()) -> PageLayout:
     """Allocate shuffled pages for each request and build ``req_to_token`` and the block table.
 
@@ -190,8 +185,8 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     chain (same physical pages), as a radix cache shares a matched prefix.
 
     The page order is drawn by torch on the CPU (so it is the same on every
-    device); everything else is built in numpy on the host and each tensor is
-    sent to ``device`` once.
+    device); everything else is built in numpy on the host, and the layout is
+    returned on the CPU (``transfer.to_device`` sends it).
     """
     if page_size < 1:
         raise InputError(f"page_size must be at least 1, got {page_size}")
@@ -225,7 +220,7 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     # read back from req_to_token, as build_block_table does, so the two can never disagree
     block_table = _block_table(req_to_token[:, ::page_size], rows, _pages_within(lengths, page_size, width),
                                page_size, width, padding_fill(padding))
-    return PageLayout(page_size, num_pages, *(_to_device(a, device) for a in (
+    return PageLayout(page_size, num_pages, *(torch.from_numpy(a) for a in (
         req_to_token, rows, block_table, lengths.astype(np.int32), order[:used])))
 
 
@@ -264,7 +259,7 @@ def build_block_table(req_to_token, req_pool_indices, cache_seqlens, page_size, 
     need = _pages_within(_host_ints(cache_seqlens).reshape(-1), page_size, width)
     table = _block_table(_on_host(req_to_token[:, ::page_size]), _on_host(req_pool_indices), need,
                          page_size, width, pad_value)
-    return _to_device(table, req_to_token.device)
+    return torch.from_numpy(table).to(req_to_token.device)
 
 
 def fill_stale(table: np.ndarray, need: np.ndarray):

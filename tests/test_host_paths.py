@@ -14,7 +14,7 @@ import torch
 
 from harness import cli, phases
 from harness.cases import Case
-from harness.inputs import generate, host_cache_seqlens, host_copy, write_slots
+from harness.inputs import generate, host_copy, write_slots
 from harness.pool import allocate
 from harness.runner import RunSummary
 from harness.summary import memcheck_command, print_summary
@@ -39,7 +39,7 @@ def test_host_copy_is_the_sent_one_until_a_tensor_is_replaced():
     copy = host_copy(replaced)          # no longer the sent table: read from the tensor the kernel would get
     assert copy is not inputs.host and int(copy.block_table[0, 0]) == 7
     longer = dataclasses.replace(inputs, cache_seqlens=inputs.cache_seqlens + 1)
-    assert host_cache_seqlens(longer) == (inputs.cache_seqlens + 1).tolist()
+    assert host_copy(longer).cache_seqlens.tolist() == (inputs.cache_seqlens + 1).tolist()
 
 
 def _slots_one_by_one(layout, first, last):
