@@ -26,7 +26,7 @@ from .outcome import BackendIdentity, Outcome, ResultRow
 from .phases import PhaseClock, PhaseError
 
 CHUNK_CASES = 32
-CHUNK_BYTES = 2 << 30     # estimated peak bytes of a chunk's cases together: their answers wait for one compare
+CHUNK_BYTES = 8 << 30     # estimated peak bytes of a chunk (resources.chunk_bytes): its answers wait for one compare
 
 
 def rerun_command(case: Case, backend_spec: str, device: str) -> str:
@@ -45,20 +45,18 @@ def shape_order(case: Case) -> tuple:
     cases first (a long one fills a chunk's memory alone), then by shape."""
     long = max(cache_seqlens_for(case, draw_seq_lens(case)), default=0) > SHARED_MAX_KEYS
     return (long, case.scenario, case.dtype, case.d_qk, case.d_v, case.page_size, case.kv_heads, case.heads,
-            case.s_q)
+            case.s_q, case.batch_size)
 
 
 def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES) -> list[list[Case]]:
     """Cases sorted by shape (``shape_order``; otherwise in their order), then grouped while they are few
     and small enough to wait together; a large case alone.  Rows are written in this order."""
-    chunks, current, held = [], [], 0
+    chunks, current = [], []
     for case in sorted(cases, key=shape_order):
-        need = resources.peak_bytes(case)
-        if current and (len(current) >= max_cases or held + need > max_bytes):
+        if current and (len(current) >= max_cases or resources.chunk_bytes(current + [case]) > max_bytes):
             chunks.append(current)
-            current, held = [], 0
+            current = []
         current.append(case)
-        held += need
     return chunks + ([current] if current else [])
 
 

@@ -8,7 +8,6 @@ names where it broke and by how much.
 """
 
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -16,7 +15,6 @@ import torch
 
 from .checks import Kind
 from .tolerances import Bound
-from .transfer import to_device
 
 
 @dataclass
@@ -102,16 +100,14 @@ def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
     return results
 
 
-SEGMENT_ALIGN = 64    # elements: each pair's slice starts 512-byte aligned, as a tensor of its own does
-
-
 def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
-    """The value checks of every pair: element-wise work on all of them concatenated, then two
-    reductions per pair over its own aligned slice, and one transfer per group of pairs.
+    """The value checks of every pair: pairs of one size stacked as the rows of a group, element-wise
+    work on the whole group, reductions along its rows, and one transfer per group.
 
-    A pair's numbers never depend on the others beside it: its slice is reduced as a tensor of its
-    own would be (same length, same alignment), so a case checked in a chunk gets the bits it
-    gets alone.  Maxima give the first position of each maximum.
+    A pair's numbers never depend on the others beside it: a group of pairs of ``n`` elements always
+    has ``group_rows(n)`` rows (spare ones zero and thrown away), so a row is reduced the same way
+    whoever fills the others, and a case checked in a chunk gets the bits it gets alone.  Maxima give
+    the first position of each maximum.
     """
     results = [None] * len(pairs)
     todo = []
@@ -125,55 +121,48 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
                                      bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
             if pair.expected.numel():
                 todo.append(i)
-    for group in _groups(todo, [pairs[i].expected.numel() for i in todo]):
-        for i, row in zip(group, _statistics([pairs[i] for i in group], bound)):
+    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo]):
+        for i, row in zip(group, _statistics([pairs[i] for i in group], rows, bound)):
             _fill(results[i], row, bound)
     return results
 
 
-# A reduction over a tensor whose offsets pass 2**31 bytes is split by torch into pieces (64-bit
-# indexing), which changes the order of a sum.  A pair's slice is a view into buffers of 6 rows of a
-# group's length: groups stay short enough that no slice is split unless, alone, it would be too.
-GROUP_ELEMENTS = 2 ** 31 // (8 * 8)
+GROUP_ROWS = 32                 # pairs of one size checked together, at most ...
+GROUP_ELEMENTS = 2 ** 22        # ... and as many as keep a group within this many elements
 
 
-def _groups(todo: list[int], sizes: list[int]) -> list[list[int]]:
-    groups, current, held = [], [], 0
+def group_rows(n: int) -> int:
+    """The rows of every group of pairs of ``n`` elements: fixed by ``n`` alone."""
+    return max(1, min(GROUP_ROWS, GROUP_ELEMENTS // n))
+
+
+def _groups(todo: list[int], sizes: list[int]) -> list[tuple[int, list[int]]]:
+    """``(rows, pair indices)``: the pairs of each size, ``group_rows`` at a time."""
+    by_size = {}
     for i, n in zip(todo, sizes):
-        size = -(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN
-        if current and held + size > GROUP_ELEMENTS:
-            groups.append(current)
-            current, held = [], 0
-        current.append(i)
-        held += size
-    return groups + ([current] if current else [])
+        by_size.setdefault(n, []).append(i)
+    return [(rows, members[k:k + rows]) for n, members in by_size.items()
+            for rows in [group_rows(n)] for k in range(0, len(members), rows)]
 
 
-def _statistics(pairs: list[Pair], bound: Bound) -> list[list]:
-    """Each pair's row of statistics (see ``_fill``), in one transfer."""
-    device = pairs[0].expected.device
-    sizes = [p.expected.numel() for p in pairs]
-    padded = [-(-n // SEGMENT_ALIGN) * SEGMENT_ALIGN for n in sizes]
-    offsets = list(itertools.accumulate(padded[:-1], initial=0))
-    total = sum(padded)
-    # each side in one concatenation, widened as it is written, with zeros between the pairs' slices
-    zeros = torch.zeros(SEGMENT_ALIGN, dtype=torch.float64, device=device)
-    a = torch.empty(total, dtype=torch.float64, device=device)
-    e = torch.empty(total, dtype=torch.float64, device=device)
+def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
+    """Each pair's row of statistics (see ``_fill``), in one transfer: the pairs, all of one size,
+    are the first rows of a ``rows``-row group."""
+    device, n = pairs[0].expected.device, pairs[0].expected.numel()
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    # each side in one concatenation, widened as it is written; spare rows are zero
+    a = torch.empty(rows, n, dtype=torch.float64, device=device)
+    e = torch.empty(rows, n, dtype=torch.float64, device=device)
     for out, side in ((a, "actual"), (e, "expected")):
-        parts = []
-        for pair, n, size in zip(pairs, sizes, padded):
-            parts += [getattr(pair, side).reshape(-1), zeros[:size - n]]
-        torch.cat(parts, out=out)
+        parts = [getattr(pair, side).reshape(1, n) for pair in pairs]
+        torch.cat(parts + [zero.expand(rows - len(pairs), n)] if rows > len(pairs) else parts, out=out)
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
     same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
-    summed = torch.empty(6, total, dtype=torch.float64, device=device)   # summed per case: see _fill
-    # (GROUP_ELEMENTS keeps 6 rows of ``total`` within 32-bit offsets)
-    maxed = torch.empty(4, total, dtype=torch.float64, device=device)    # maximised per case
+    summed = torch.empty(6, rows, n, dtype=torch.float64, device=device)   # summed per pair: see _fill
+    maxed = torch.empty(4, rows, n, dtype=torch.float64, device=device)    # maximised per pair
     af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
-    zero = torch.zeros((), dtype=torch.float64, device=device)
     torch.where(finite, a, zero, out=af)
     torch.where(finite, e, zero, out=ef)
     torch.sub(af, ef, out=err).abs_()
@@ -186,21 +175,16 @@ def _statistics(pairs: list[Pair], bound: Bound) -> list[list]:
     maxed[3].copy_(~same_nonfinite)                                        # a NaN/inf position mismatch
     summed[4].copy_(maxed[3])
     torch.gt(ratio, 1, out=summed[5])
-    per_case = []
-    for start, size in zip(offsets, padded):          # each case's own slice: two reductions
-        top, where = maxed[:, start:start + size].max(dim=1)     # ties: the first position
-        per_case.append(torch.cat([summed[:, start:start + size].sum(dim=1), top, where.double()]))
-    stats = torch.stack(per_case)                                      # (cases, 14)
-    starts = to_device([torch.tensor(offsets, dtype=torch.int32)], device)[0].long()   # int32: a group is short
-    at = starts[:, None] + stats[:, [10, 13]].long()                  # worst, first mismatch
-    values = torch.stack([a[at[:, 0]], e[at[:, 0]], a[at[:, 1]], e[at[:, 1]]], dim=1)
-    return torch.cat([stats, values], dim=1).tolist()                  # the one transfer
+    top, where = maxed.max(dim=2)                                          # (4, rows); ties: the first position
+    at = where[[0, 3]].T                                                   # worst, first mismatch
+    stats = torch.cat([summed.sum(dim=2).T, top.T, where.T.double(), a.gather(1, at), e.gather(1, at)], dim=1)
+    return stats[:len(pairs)].tolist()                                     # the one transfer
 
 
 def _fill(res: TensorCheck, row: list, bound: Bound):
     """A pair's checks from its row of statistics (see ``_statistics``)."""
     (aa, ee, ae, dd, n_mismatch, violations, res.worst_ratio, res.max_abs_err, res.max_rel_err, _,
-     flat, _, _, first_mismatch, res.worst_actual, res.worst_expected, mismatch_actual, mismatch_expected) = row
+     flat, _, _, first_mismatch, res.worst_actual, mismatch_actual, res.worst_expected, mismatch_expected) = row
     res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
     res.worst_index = _unravel(int(flat), res.shape)
     if res.nonfinite_mismatches:

@@ -66,6 +66,10 @@ def _estimate(case: Case) -> dict[str, int]:
     outputs = b * s_q * h_q * case.d_v * 8 * (4 if fp8 else 3)
     parts["checking"] = oracle + kernel + outputs
     parts["total"] = parts["pools"] + parts["layout"] + max(parts["inputs"], parts["checking"])
+    # in a chunk, a case's pools, layout and outputs wait for the chunk's comparison; the rest is gone
+    # by the time the next case starts
+    parts["held"] = parts["pools"] + parts["layout"] + outputs
+    parts["passing"] = max(parts["inputs"], oracle + kernel)
     return parts
 
 
@@ -117,6 +121,13 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
 def peak_bytes(case: Case) -> int:
     """The case's estimated peak memory: what a worker holds while it runs the case."""
     return _estimate(case)["total"]
+
+
+def chunk_bytes(cases: list[Case]) -> int:
+    """The estimated peak memory of cases run as one chunk: what each holds until the chunk's
+    comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work)."""
+    parts = [_estimate(c) for c in cases]
+    return sum(p["held"] for p in parts) + max((p["passing"] for p in parts), default=0)
 
 
 # A worker's CUDA context, the kernel's workspace and its allocator's cache of small cases

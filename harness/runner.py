@@ -119,12 +119,14 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         else:
             runnable.append(case)
     summary.workers = max(summary.workers, workers)
-    chunks = chunk.plan(runnable, max_cases=chunk_cases)
+    # a chunk never holds more than the machine can give all workers' chunks at once
+    chunks = chunk.plan(runnable, max_cases=chunk_cases,
+                        max_bytes=min(chunk.CHUNK_BYTES, resources.shared_budget(device, available, max(workers, 1))))
     if workers:
         budget = resources.shared_budget(device, available, workers)
         isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
                                workers=workers, timeout_s=timeout_s,
-                               memory=isolation.MemoryGate(lambda c: sum(map(resources.peak_bytes, c)), budget))
+                               memory=isolation.MemoryGate(resources.chunk_bytes, budget))
     else:
         for cases_together in chunks:
             for row in run_chunk(cases_together, backend, backend_spec, device):

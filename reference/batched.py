@@ -30,8 +30,8 @@ from .fp8 import dequantize_fp8, is_fp8
 
 MAX_BLOCK_ELEMENTS = 2 ** 28    # entries of a block's largest float64 tensor (scores or keys), past one request
 SHARED_MAX_KEYS = 256           # on a GPU, requests up to this long share blocks with other calls' requests
-SHARED_ROWS = 64                # request slots of a shared block, at most ...
-SHARED_BLOCK_ELEMENTS = 2 ** 23  # ... and as many as keep its largest tensor within this
+SHARED_ROWS = 256               # request slots of a shared block, at most ...
+SHARED_BLOCK_ELEMENTS = 2 ** 25 # ... and as many as keep its largest tensor within this
 
 
 @dataclass(frozen=True)

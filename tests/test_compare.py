@@ -193,12 +193,12 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
 
     from harness import compare
     from harness.compare import Pair, check_tensors
-    if group_elements:        # small groups: the pairs split over several, each with its own transfer
+    if group_elements:        # small groups: pairs of one size split over several, each with its own transfer
         monkeypatch.setattr(compare, "GROUP_ELEMENTS", group_elements)
     g = torch.Generator().manual_seed(seed)
     bound = TOLERANCES["bf16"].out
     pairs = []
-    for n in [1, 5, 63, 64, 65, 1000, 3 * 4096 + 5]:
+    for n in [1, 5, 63, 64, 64, 65, 1000, 1000, 1000, 3 * 4096 + 5, 3 * 4096 + 5]:
         expected = torch.randn(n, generator=g, dtype=torch.float64)
         actual = (expected + 3e-3 * torch.randn(n, generator=g, dtype=torch.float64)).bfloat16()
         if n > 60:            # a NaN where the reference is finite, an inf the kernel missed
@@ -211,11 +211,14 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
         alone = check_tensors("out", [pair], bound)[0]
         assert json.dumps(check.to_dict()) == json.dumps(alone.to_dict()), seed
     assert any(Kind.NONFINITE.value in c.failures for c in together) and not together[-1].passed
+    assert len({c.cos_diff for c in together[6:9]}) == 3         # same size, own numbers
 
 
-def test_groups_keep_slices_within_32_bit_offsets_unless_a_pair_alone_passes_them():
-    from harness.compare import GROUP_ELEMENTS, _groups
-    sizes = [GROUP_ELEMENTS // 4] * 5 + [GROUP_ELEMENTS * 2, 100, 100]
+def test_groups_hold_pairs_of_one_size_in_rows_fixed_by_the_size():
+    from harness.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
+    sizes = [100] * (GROUP_ROWS + 3) + [GROUP_ELEMENTS // 3] * 4 + [GROUP_ELEMENTS * 2, 7]
     groups = _groups(list(range(len(sizes))), sizes)
-    assert groups == [[0, 1, 2, 3], [4], [5], [6, 7]]
-    assert sum(groups, []) == list(range(len(sizes)))
+    big = GROUP_ROWS + 3
+    assert groups == [(GROUP_ROWS, list(range(GROUP_ROWS))), (GROUP_ROWS, list(range(GROUP_ROWS, big))),
+                      (3, [big, big + 1, big + 2]), (3, [big + 3]), (1, [big + 4]), (GROUP_ROWS, [big + 5])]
+    assert group_rows(GROUP_ELEMENTS * 2) == 1 and group_rows(1) == GROUP_ROWS
