@@ -127,6 +127,7 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
     return results
 
 
+ROW_ALIGN = 64                  # elements
 GROUP_ROWS = 32                 # pairs of one size checked together, at most ...
 GROUP_ELEMENTS = 2 ** 22        # ... and as many as keep a group within this many elements
 
@@ -149,19 +150,23 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     """Each pair's row of statistics (see ``_fill``), in one transfer: the pairs, all of one size,
     are the first rows of a ``rows``-row group."""
     device, n = pairs[0].expected.device, pairs[0].expected.numel()
+    # a row's reduction reads its start's alignment (vectorised loads): rows start 512-byte aligned
+    width = -(-n // ROW_ALIGN) * ROW_ALIGN
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    # each side in one concatenation, widened as it is written; spare rows are zero
-    a = torch.empty(rows, n, dtype=torch.float64, device=device)
-    e = torch.empty(rows, n, dtype=torch.float64, device=device)
+    # each side in one concatenation, widened as it is written; row tails and spare rows are zero
+    a = torch.empty(rows, width, dtype=torch.float64, device=device)
+    e = torch.empty(rows, width, dtype=torch.float64, device=device)
     for out, side in ((a, "actual"), (e, "expected")):
-        parts = [getattr(pair, side).reshape(1, n) for pair in pairs]
-        torch.cat(parts + [zero.expand(rows - len(pairs), n)] if rows > len(pairs) else parts, out=out)
+        parts = []
+        for pair in pairs:
+            parts += [getattr(pair, side).reshape(-1), zero.expand(width - n)]
+        torch.cat(parts + [zero.expand((rows - len(pairs)) * width)], out=out.view(-1))
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
     same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
-    summed = torch.empty(6, rows, n, dtype=torch.float64, device=device)   # summed per pair: see _fill
-    maxed = torch.empty(4, rows, n, dtype=torch.float64, device=device)    # maximised per pair
+    summed = torch.empty(6, rows, width, dtype=torch.float64, device=device)   # summed per pair: see _fill
+    maxed = torch.empty(4, rows, width, dtype=torch.float64, device=device)    # maximised per pair
     af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
     torch.where(finite, a, zero, out=af)
     torch.where(finite, e, zero, out=ef)
@@ -175,8 +180,9 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     maxed[3].copy_(~same_nonfinite)                                        # a NaN/inf position mismatch
     summed[4].copy_(maxed[3])
     torch.gt(ratio, 1, out=summed[5])
-    top, where = maxed.max(dim=2)                                          # (4, rows); ties: the first position
-    at = where[[0, 3]].T                                                   # worst, first mismatch
+    # (4, rows); ties give the first position, so a zero tail (after the real elements, all >= 0) never wins
+    top, where = maxed.max(dim=2)
+    at = torch.stack([where[0], where[3]], dim=1)                          # worst, first mismatch
     stats = torch.cat([summed.sum(dim=2).T, top.T, where.T.double(), a.gather(1, at), e.gather(1, at)], dim=1)
     return stats[:len(pairs)].tolist()                                     # the one transfer
 

@@ -219,11 +219,13 @@ class KVStore:
     poisoned, filled by the engine's writes as requests grow (``write_up_to``).
 
     For fp8 it keeps both the quantised cache the kernel reads and the model-precision one the
-    end-to-end oracle reads.  ``generate`` writes every token at once; the CUDA-graph scenario
-    writes a step's worth at a time.
+    end-to-end oracle reads.  ``generate`` writes every token at once (``filled``: the writes and the
+    lengths go to the device with the layout, in one copy); the CUDA-graph scenario writes a step's
+    worth at a time.
     """
 
-    def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device):
+    def __init__(self, case: Case, final_lengths: list[int], tokens: torch.Tensor, device: torch.device,
+                 filled: bool = False):
         self.case = case
         shared = shared_pages_for(case, final_lengths)
         # The layout is integers, built and checked on the host in a few array operations, then sent
@@ -233,10 +235,18 @@ class KVStore:
                                      pool_pages=case.pool_pages, shared_pages=shared,
                                      pinned_pages=pinned_pages_for(case))
         validate_req_to_token(self.index_layout)      # the block table is checked at the launch gate
+        # shared pages are written once, by the request sharing the most of them (the one whose
+        # prefix filled the radix cache); the others start past them, so no slot is written twice
+        owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0
+        self.written = [0 if r == owner else n * case.page_size for r, n in enumerate(shared)]
         lay = self.index_layout
-        sent = to_device([lay.req_to_token, lay.req_pool_indices, lay.block_table, lay.cache_seqlens,
-                          lay.used_pages], device)
-        self.layout = PageLayout(lay.page_size, lay.num_pages, *sent)   # what the kernel is given
+        host = [lay.req_to_token, lay.req_pool_indices, lay.block_table, lay.cache_seqlens, lay.used_pages]
+        if filled:      # every token written, and the lengths the kernel is called with
+            slots, source = write_slots(lay, self.written, final_lengths)
+            self.filled_lengths = self._host_lengths(final_lengths)
+            host += [slots, self.filled_lengths[1]] + ([] if source is None else [source])
+        sent = to_device(host, device)
+        self.layout = PageLayout(lay.page_size, lay.num_pages, *sent[:5])   # what the kernel is given
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
         self.fp8 = case.dtype.startswith("fp8")
         self.tokens = tokens
@@ -249,17 +259,23 @@ class KVStore:
             self.pool = poisoned(shape, fp8_dtype, device)
             self.stored = quantize_fp8(tokens, self.k_scale, fp8_dtype)
             self.descale = torch.tensor([self.k_scale], dtype=torch.float32, device=device)
-        # shared pages are written once, by the request sharing the most of them (the one whose
-        # prefix filled the radix cache); the others start past them, so no slot is written twice
-        owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0
-        self.written = [0 if r == owner else n * case.page_size for r, n in enumerate(shared)]
+        self.filled_sent = None
+        if filled:
+            self._write(sent[5], sent[7] if len(sent) > 7 else None, final_lengths)
+            self.filled_sent = (self.layout.cache_seqlens, sent[6])
+
+    def _host_lengths(self, cache: list[int]) -> list[torch.Tensor]:
+        """cache_seqlens and seq_lens (verify's drafts taken off) on the host, int32."""
+        drafts = self.case.s_q if self.case.mode == "verify" else 0
+        return [torch.tensor(cache, dtype=torch.int32), torch.tensor([n - drafts for n in cache], dtype=torch.int32)]
 
     def write_up_to(self, lengths: list[int]):
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
-        first = self.written[:len(lengths)]
-        slots, source = write_slots(self.index_layout, first, lengths)
+        slots, source = write_slots(self.index_layout, self.written[:len(lengths)], lengths)
         sent = to_device([slots] if source is None else [slots, source], self.pool.device)
-        slots, source = sent[0], (sent[1] if source is not None else None)
+        self._write(sent[0], sent[1] if source is not None else None, lengths)
+
+    def _write(self, slots: torch.Tensor, source: torch.Tensor | None, lengths: list[int]):
         for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \
                 else ((self.pool, self.stored),):
             write_kv(pool, src, slots, source)
@@ -273,10 +289,11 @@ class KVStore:
         """
         case, lay, bs = self.case, self.layout, len(cache)
         device = q_model.device
-        drafts = case.s_q if case.mode == "verify" else 0
-        seq_lens = [n - drafts for n in cache]
-        host_lengths = [torch.tensor(cache, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32)]
-        cache_t, seq_t = to_device(host_lengths, device)
+        if self.filled_sent is not None and list(cache) == self.index_layout.cache_seqlens.tolist():
+            host_lengths, (cache_t, seq_t) = self.filled_lengths, self.filled_sent
+        else:
+            host_lengths = self._host_lengths(cache)
+            cache_t, seq_t = to_device(host_lengths, device)
         if table is None:
             width = max(1, max((pages_for(n, case.page_size) for n in cache), default=1))
             host_table = build_block_table(self.index_layout.req_to_token, self.index_layout.req_pool_indices[:bs],
@@ -306,8 +323,7 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     model_dtype = model_dtype_of(case)
     q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).to(model_dtype)
     tokens = torch.randn(sum(cache), case.kv_heads, d, generator=gen, device=device).to(model_dtype)
-    store = KVStore(case, cache, tokens, device)
     # The engine writes the cached prefix, then (verify) the drafts, before the call; no slot is written
     # twice, so one write of every token leaves the same pool.
-    store.write_up_to(cache)
+    store = KVStore(case, cache, tokens, device, filled=True)
     return store.inputs(q, cache, table=store.layout.block_table)
