@@ -152,15 +152,8 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     device, n = pairs[0].expected.device, pairs[0].expected.numel()
     # a row's reduction reads its start's alignment (vectorised loads): rows start 512-byte aligned
     width = -(-n // ROW_ALIGN) * ROW_ALIGN
+    a, e = (_stacked([getattr(pair, side) for pair in pairs], rows, width) for side in ("actual", "expected"))
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    # each side in one concatenation, widened as it is written; row tails and spare rows are zero
-    a = torch.empty(rows, width, dtype=torch.float64, device=device)
-    e = torch.empty(rows, width, dtype=torch.float64, device=device)
-    for out, side in ((a, "actual"), (e, "expected")):
-        parts = []
-        for pair in pairs:
-            parts += [getattr(pair, side).reshape(-1), zero.expand(width - n)]
-        torch.cat(parts + [zero.expand((rows - len(pairs)) * width)], out=out.view(-1))
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
@@ -185,6 +178,25 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     at = torch.stack([where[0], where[3]], dim=1)                          # worst, first mismatch
     stats = torch.cat([summed.sum(dim=2).T, top.T, where.T.double(), a.gather(1, at), e.gather(1, at)], dim=1)
     return stats[:len(pairs)].tolist()                                     # the one transfer
+
+
+def _stacked(tensors: list[torch.Tensor], rows: int, width: int) -> torch.Tensor:
+    """``(rows, width)`` float64: each tensor's elements in a row, row tails and spare rows zero.
+
+    One concatenation in the tensors' own dtype, then one widening: a concatenation that converts
+    dtypes copies its inputs one launch at a time.
+    """
+    flat = [t.reshape(-1) for t in tensors]
+    if len({t.dtype for t in flat}) > 1:
+        flat = [t.double() for t in flat]
+    n, like = flat[0].numel(), flat[0]
+    parts = []
+    tail = like.new_zeros(width - n)
+    for t in flat:
+        parts += [t, tail] if width > n else [t]
+    if rows > len(flat):
+        parts.append(like.new_zeros((rows - len(flat)) * width))
+    return torch.cat(parts).view(rows, width).double()
 
 
 def _fill(res: TensorCheck, row: list, bound: Bound):

@@ -59,6 +59,9 @@ def read_as(x: torch.Tensor, descale, dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -220,6 +223,11 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
         torch.index_select(p.q.reshape(p.q.shape[0], -1), 0, requests, out=q[start:end])
         torch.index_select(p.kv_pool.reshape(p.kv_pool.shape[0], -1), 0, run_pages.view(-1).to(pool_device),
                            out=pages[start * n_pages:end * n_pages])
+    # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
+    # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
+    padding = torch.arange(n_keys, device=device)[None, :] >= lengths[:, None]
+    pages.view(_SAME_SIZE_INT[pages.element_size()]).view(rows, n_keys, -1).masked_fill_(
+        padding.to(pool_device)[:, :, None], 0)
     # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
     keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
@@ -227,10 +235,6 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
         keys.mul_(1.0 if first.descale_k is None else float(first.descale_k))     # as read_as dequantises
     elif first.descale_k is not None:
         raise ValueError("a descale was given for a non-fp8 tensor")
-    # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
-    # 0 * NaN would not be
-    padding = torch.arange(n_keys, device=device)[None, :] >= lengths[:, None]
-    keys.masked_fill_(padding[:, None, :, None], 0.0)
     qf = read_as(q.view(rows, s_q, h_q, d_qk), first.descale_q, compute_dtype) * first.softmax_scale
     out, lse = attend_block(qf, keys, limits.view(rows, s_q), d_v, h_q // h_kv)
     real = len(block.members)
