@@ -6,7 +6,7 @@ other calls were computed beside it: a case's numbers are the same run alone or 
 So the block a request lands in has a shape fixed by the request or by its own call:
 
 - on a GPU, a short request (``SHARED_MAX_KEYS``) joins a *shared* block of its class
-  (query, heads, widths, dtypes, scales, and its key count rounded up to 64).  A shared
+  (query, heads, widths, dtypes, scales), its keys padded to ``SHARED_MAX_KEYS``.  A shared
   block always has the same number of request slots; spare ones repeat a real request and
   are thrown away.  Small cases are host-bound, and this is what lets a chunk of them cost
   a few dozen launches per block instead of per case.
@@ -87,7 +87,8 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
     """Every request with keys, in blocks.
 
     On a GPU a short request goes to a *shared* block of its class: ``shared_rows`` slots, keys padded
-    to a multiple of 64 (and of the page size).  Any other request goes to one of its own call's
+    to ``SHARED_MAX_KEYS`` (a multiple of the page size): one class whatever the length, so a chunk's
+    short requests fill few blocks.  Any other request goes to one of its own call's
     blocks: its long requests shortest first, as many as fit ``max_elements``, padded to the longest.
     Either way the block a request lands in is fixed by the request (shared) or by its own call (own).
     """
@@ -103,7 +104,7 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
             if not shares_blocks(p.q.device) or n > SHARED_MAX_KEYS:
                 own.append(r)
                 continue
-            n_keys = _round_up(_round_up(n, 64), page_size)
+            n_keys = _round_up(SHARED_MAX_KEYS, page_size)
             key = _shape_class(p, n_keys, compute_dtype)
             block = shared.get(key)
             if block is None or len(block.members) == block.rows:
