@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from reference import Problem, mla_attention_many
+from reference import Problem, joins_shared_blocks, mla_attention_many
 
 from .inputs import Inputs, host_copy
 
@@ -23,6 +23,12 @@ def problem(inputs: Inputs) -> Problem:
     return Problem(inputs.q, inputs.kv_pool, host.block_table.numpy(), tuple(host.cache_seqlens.tolist()),
                    inputs.softmax_scale, inputs.d_v, inputs.causal,
                    descale_value(inputs.descale_q), descale_value(inputs.descale_k))
+
+
+def gains_from_company(inputs: Inputs) -> bool:
+    """Whether these inputs' oracle is cheaper with other calls' (short requests on a GPU share blocks);
+    either way its bits are the same."""
+    return joins_shared_blocks(inputs.q.device, host_copy(inputs).cache_seqlens.tolist())
 
 
 def model_precision(inputs: Inputs) -> Inputs:

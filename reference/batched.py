@@ -115,6 +115,12 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
     return blocks
 
 
+def joins_shared_blocks(device: torch.device, lengths) -> bool:
+    """Whether a call with these key counts has a request for a shared block: its oracle gains from
+    company.  A call without one is computed in its own blocks alone, with the same bits at any time."""
+    return shares_blocks(device) and any(0 < n <= SHARED_MAX_KEYS for n in lengths)
+
+
 def shares_blocks(device: torch.device) -> bool:
     """Whether calls share blocks on this device: on a GPU, where a spare slot costs next to nothing
     and a launch costs more than a small block's arithmetic; not on the CPU, where it is the reverse."""

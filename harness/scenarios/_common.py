@@ -96,10 +96,16 @@ class Answer:
 
 def expect(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
            extra_messages=()) -> Answer:
-    """One kernel call's answer, for ``verdicts`` (which runs the oracle: always after the kernel, so
-    memory the oracle reuses cannot hide a bug)."""
-    return Answer(case, backend, inputs, out, lse, kernel_ms, tuple(extra_failures), extra_metrics,
-                  tuple(extra_messages))
+    """One kernel call's answer, for ``verdicts``.  The oracle always runs after the kernel, so memory
+    the oracle reuses cannot hide a bug: here, when it gains nothing from other calls' company (its
+    device work then overlaps the host's work on the next case), else in ``verdicts`` with its chunk."""
+    answer = Answer(case, backend, inputs, out, lse, kernel_ms, tuple(extra_failures), extra_metrics,
+                    tuple(extra_messages))
+    calls = _oracle_calls(answer)
+    if not any(oracle.gains_from_company(call) for _, call in calls):
+        with phase("oracle"):
+            run_oracles([answer])
+    return answer
 
 
 def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
@@ -116,16 +122,20 @@ def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), ex
 def run_oracles(answers: list[Answer]):
     """Every answer's oracle, in one ``oracle.expected_many`` call: on the inputs as the kernel computes
     with them, and for fp8 also on the unquantised ones."""
-    calls, slots = [], []
-    for a in answers:
-        if a.expected is None:
-            calls.append(kernel_view(a.inputs, a.backend.capabilities))     # what the kernel computes with
-            slots.append((a, "expected"))
-        if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
-            calls.append(oracle.model_precision(a.inputs))
-            slots.append((a, "end_to_end"))
-    for (a, field), result in zip(slots, oracle.expected_many(calls)):
+    slots = [(a, field, call) for a in answers for field, call in _oracle_calls(a)]
+    for (a, field, _), result in zip(slots, oracle.expected_many([call for _, _, call in slots])):
         setattr(a, field, result)
+
+
+def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
+    """The oracle calls an answer still needs, by the field each fills: the inputs as the kernel
+    computes with them, and for fp8 also the unquantised ones."""
+    calls = []
+    if a.expected is None:
+        calls.append(("expected", kernel_view(a.inputs, a.backend.capabilities)))
+    if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
+        calls.append(("end_to_end", oracle.model_precision(a.inputs)))
+    return calls
 
 
 def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
