@@ -121,7 +121,10 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
                                      bound={"atol": bound.atol, "rtol": bound.rtol, "cos_diff": bound.cos_diff})
             if pair.expected.numel():
                 todo.append(i)
-    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo]):
+    devices = {pairs[i].expected.device for i in todo}
+    if len(devices) > 1:
+        raise ValueError(f"pairs to compare together must have their expected values on one device, got {devices}")
+    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], *devices or [torch.device("cpu")]):
         for i, row in zip(group, _statistics([pairs[i] for i in group], rows, bound)):
             _fill(results[i], row, bound)
     return results
@@ -132,18 +135,19 @@ GROUP_ROWS = 32                 # pairs of one size checked together, at most ..
 GROUP_ELEMENTS = 2 ** 22        # ... and as many as keep a group within this many elements
 
 
-def group_rows(n: int) -> int:
-    """The rows of every group of pairs of ``n`` elements: fixed by ``n`` alone."""
-    return max(1, min(GROUP_ROWS, GROUP_ELEMENTS // n))
+def group_rows(n: int, device: torch.device) -> int:
+    """The rows of every group of pairs of ``n`` elements on ``device``: fixed by those alone.  On a GPU,
+    where a launch costs more than a spare row's arithmetic, many; on the CPU, where it is the reverse, one."""
+    return max(1, min(GROUP_ROWS, GROUP_ELEMENTS // n)) if device.type == "cuda" else 1
 
 
-def _groups(todo: list[int], sizes: list[int]) -> list[tuple[int, list[int]]]:
+def _groups(todo: list[int], sizes: list[int], device: torch.device) -> list[tuple[int, list[int]]]:
     """``(rows, pair indices)``: the pairs of each size, ``group_rows`` at a time."""
     by_size = {}
     for i, n in zip(todo, sizes):
         by_size.setdefault(n, []).append(i)
     return [(rows, members[k:k + rows]) for n, members in by_size.items()
-            for rows in [group_rows(n)] for k in range(0, len(members), rows)]
+            for rows in [group_rows(n, device)] for k in range(0, len(members), rows)]
 
 
 def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:

@@ -121,7 +121,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     summary.workers = max(summary.workers, workers)
     # a chunk never holds more than the machine can give all workers' chunks at once
     chunks = chunk.plan(runnable, max_cases=chunk_cases,
-                        max_bytes=min(chunk.CHUNK_BYTES, resources.shared_budget(device, available, max(workers, 1))))
+                        max_bytes=min(chunk.chunk_budget(device),
+                                      resources.shared_budget(device, available, max(workers, 1))))
     if workers:
         budget = resources.shared_budget(device, available, workers)
         isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,

@@ -202,10 +202,11 @@ def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
     planned = [_block_indices(block, problems) for block in blocks]
     host = [a for runs, lengths, limits in planned for a in [lengths, limits] + [x for run in runs for x in run[3:]]]
     sent = iter(_send(host, problems[0].q.device))
-    for block, (runs, _, _) in zip(blocks, planned):
+    for block, (runs, host_lengths, host_limits) in zip(blocks, planned):
         lengths, limits = next(sent), next(sent)
         sent_runs = [(pi, start, end, next(sent), next(sent)) for pi, start, end, _, _ in runs]
-        _run_block(block, problems, results, sent_runs, lengths, limits, compute_dtype)
+        _run_block(block, problems, results, sent_runs, lengths, limits, compute_dtype,
+                   shortest=int(host_lengths.min()), fewest_seen=int(host_limits.min()))
     return results
 
 
@@ -217,8 +218,10 @@ def _send(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
     return list(torch.split(packed, [a.size for a in arrays]))
 
 
-def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
-    """Gather a block's queries and key pages run by run, attend, and copy each real request's rows out."""
+def _run_block(block, problems, results, runs, lengths, limits, compute_dtype, shortest, fewest_seen):
+    """Gather a block's queries and key pages run by run, attend, and copy each real request's rows out.
+    ``shortest`` is the fewest keys of the block's requests, ``fewest_seen`` the fewest any token sees:
+    keys before them are never padding or masked, so the masking starts there."""
     s_q, h_q, h_kv, d_qk, d_v, n_keys, page_size = block.key[:7]
     first = problems[block.members[0][0]]
     rows, device, pool_device = block.rows, first.q.device, first.kv_pool.device
@@ -232,9 +235,10 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
                            out=pages[start * n_pages:end * n_pages])
     # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
     # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
-    padding = torch.arange(n_keys, device=device)[None, :] >= lengths[:, None]
-    pages.view(_SAME_SIZE_INT[pages.element_size()]).view(rows, n_keys, -1).masked_fill_(
-        padding.to(pool_device)[:, :, None], 0)
+    if shortest < n_keys:
+        padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
+        pages.view(_SAME_SIZE_INT[pages.element_size()]).view(rows, n_keys, -1)[:, shortest:].masked_fill_(
+            padding[:, :, None], 0)
     # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
     keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
@@ -243,7 +247,7 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
     elif first.descale_k is not None:
         raise ValueError("a descale was given for a non-fp8 tensor")
     qf = read_as(q.view(rows, s_q, h_q, d_qk), first.descale_q, compute_dtype) * first.softmax_scale
-    out, lse = attend_block(qf, keys, limits.view(rows, s_q), d_v, h_q // h_kv)
+    out, lse = attend_block(qf, keys, limits.view(rows, s_q), d_v, h_q // h_kv, first_hidden=fewest_seen)
     real = len(block.members)
     for pi, start, end, requests, _ in runs:
         if start >= real:
@@ -254,17 +258,18 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype):
         lse_p.index_copy_(0, requests[:end - start], lse[start:end])
 
 
-def attend_block(qf, keys, limit, d_v, group):
+def attend_block(qf, keys, limit, d_v, group, first_hidden=0):
     """Attention of ``rows`` requests: q ``(rows, s_q, h_q, d)`` (scaled), keys ``(rows, h_kv, n, d)``,
-    ``limit (rows, s_q)``: how many keys each query token sees.  Out ``(rows, s_q, h_q, d_v)``, LSE
-    ``(rows, h_q, s_q)``; a token that sees no key gets out 0 and LSE +inf."""
+    ``limit (rows, s_q)``: how many keys each query token sees (none sees fewer than ``first_hidden``).
+    Out ``(rows, s_q, h_q, d_v)``, LSE ``(rows, h_q, s_q)``; a token that sees no key gets out 0 and LSE +inf."""
     rows, s_q, h_q, d_qk = qf.shape
     h_kv, n_keys = keys.shape[1], keys.shape[2]
     qf = qf.view(rows, s_q, h_kv, group, d_qk).permute(0, 2, 3, 1, 4).reshape(rows, h_kv, group * s_q, d_qk)
     scores = torch.matmul(qf, keys.transpose(-1, -2)).view(rows, h_kv, group, s_q, n_keys)
-    t = torch.arange(n_keys, device=qf.device)
-    visible = t[None, None, :] < limit[:, :, None]                     # (rows, s_q, n)
-    scores.masked_fill_(~visible[:, None, None], -math.inf)
+    if first_hidden < n_keys:               # masking only where some token may not see a key: one pass less
+        t = torch.arange(first_hidden, n_keys, device=qf.device)
+        hidden = t[None, None, :] >= limit[:, :, None]                 # (rows, s_q, keys from first_hidden)
+        scores[..., first_hidden:].masked_fill_(hidden[:, None, None], -math.inf)
     top = scores.amax(dim=-1, keepdim=True)                            # (rows, h_kv, g, s_q, 1)
     empty = torch.isneginf(top)                                        # a token that sees no key
     weights = scores.sub_(torch.where(empty, 0.0, top)).exp_()

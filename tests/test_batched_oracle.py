@@ -98,3 +98,33 @@ def test_a_table_too_narrow_for_a_length_is_refused():
     narrow = Problem(p.q, p.kv_pool, p.block_table[:, :1], p.lengths, p.softmax_scale, p.d_v, p.causal)
     with pytest.raises(ValueError, match="request 0: 65 keys need more pages"):
         mla_attention_many([narrow])
+
+
+def test_only_a_gpu_call_with_a_short_request_joins_shared_blocks():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")       # devices by name: nothing is allocated
+    assert batched.joins_shared_blocks(cuda, [0, batched.SHARED_MAX_KEYS, 5000])
+    assert not batched.joins_shared_blocks(cuda, [0, batched.SHARED_MAX_KEYS + 1, 5000])   # no keys: no block
+    assert not batched.joins_shared_blocks(cpu, [1, 2, 3])
+
+
+def test_an_answer_without_a_short_request_gets_its_oracle_at_once_with_the_bits_of_its_chunk(monkeypatch):
+    """``expect`` runs the oracle of an answer that gains nothing from company right after its kernel;
+    the others wait for ``verdicts``.  Either way an answer gets the bits a chunk's pass gives it."""
+    from harness.backend_loader import load_backend
+    from harness.cases import Case
+    from harness.inputs import generate
+    from harness.scenarios import _common
+    monkeypatch.setattr(batched, "shares_blocks", lambda device: True)
+    backend = load_backend("torch")
+    called = {}
+    for seqlen in ("list:300,400", "list:20,300"):
+        case = Case(id=f"t/{seqlen}", seed=11, batch_size=2, seqlen=seqlen, d_qk=64, d_v=32, heads=4)
+        inputs = generate(case)
+        called[seqlen] = (case, inputs, *backend.run(inputs))
+    early, deferred = (_common.expect(case, backend, inputs, out, lse) for case, inputs, out, lse in called.values())
+    assert early.expected is not None and deferred.expected is None
+    _common.verdicts([early, deferred])
+    together = [_common.Answer(case, backend, inputs, out, lse) for case, inputs, out, lse in called.values()]
+    _common.run_oracles(together)
+    for answer, in_chunk in zip((early, deferred), together):
+        assert all(torch.equal(a, b) for a, b in zip(answer.expected, in_chunk.expected))

@@ -193,7 +193,10 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
 
     from harness import compare
     from harness.compare import Pair, check_tensors
-    if group_elements:        # small groups: pairs of one size split over several, each with its own transfer
+    # a GPU's groups of many rows, forced on: small groups split pairs of one size over several
+    real_group_rows = compare.group_rows
+    monkeypatch.setattr(compare, "group_rows", lambda n, device: real_group_rows(n, torch.device("cuda")))
+    if group_elements:
         monkeypatch.setattr(compare, "GROUP_ELEMENTS", group_elements)
     g = torch.Generator().manual_seed(seed)
     bound = TOLERANCES["bf16"].out
@@ -216,9 +219,12 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
 
 def test_groups_hold_pairs_of_one_size_in_rows_fixed_by_the_size():
     from harness.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")          # by name: nothing is allocated
     sizes = [100] * (GROUP_ROWS + 3) + [GROUP_ELEMENTS // 3] * 4 + [GROUP_ELEMENTS * 2, 7]
-    groups = _groups(list(range(len(sizes))), sizes)
+    groups = _groups(list(range(len(sizes))), sizes, cuda)
     big = GROUP_ROWS + 3
     assert groups == [(GROUP_ROWS, list(range(GROUP_ROWS))), (GROUP_ROWS, list(range(GROUP_ROWS, big))),
                       (3, [big, big + 1, big + 2]), (3, [big + 3]), (1, [big + 4]), (GROUP_ROWS, [big + 5])]
-    assert group_rows(GROUP_ELEMENTS * 2) == 1 and group_rows(1) == GROUP_ROWS
+    assert group_rows(GROUP_ELEMENTS * 2, cuda) == 1 and group_rows(1, cuda) == GROUP_ROWS
+    # on the CPU every pair is a group of its own: spare rows there are arithmetic, not saved launches
+    assert _groups([0, 1, 2], [100, 100, 7], cpu) == [(1, [0]), (1, [1]), (1, [2])]

@@ -131,3 +131,27 @@ def test_a_crash_on_an_illegal_access_names_the_memcheck_rerun():
     out = io.StringIO()
     print_summary(RunSummary(rows=[row]), "r.jsonl", out=out)
     assert "memcheck: bash scripts/gpu/sanitize.sh edge edge/empty-rows/1 flashmla" in out.getvalue()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8_e4m3"])
+def test_a_store_filled_in_one_copy_matches_the_engines_writes_one_step_at_a_time(dtype):
+    """``generate`` sends the layout, the writes and the lengths in one copy (``KVStore(filled=True)``);
+    the pools, table and lengths are those of a store written by ``write_up_to`` as the graph scenario does."""
+    from harness.inputs import KVStore, cache_seqlens_for, draw_seq_lens
+    c = case(dtype=dtype, shared_prefix=32, seqlen="uniform:40:150")
+    cache = cache_seqlens_for(c, draw_seq_lens(c))
+    tokens = torch.randn(sum(cache), c.kv_heads, c.d_qk, generator=torch.Generator().manual_seed(3)).bfloat16()
+    q = torch.randn(c.batch_size, c.s_q, c.heads, c.d_qk, generator=torch.Generator().manual_seed(4)).bfloat16()
+    filled = KVStore(c, cache, tokens, torch.device("cpu"), filled=True)
+    stepwise = KVStore(c, cache, tokens, torch.device("cpu"))
+    stepwise.write_up_to([max(n - c.s_q, 0) for n in cache])      # the prefix, then the drafts
+    stepwise.write_up_to(cache)
+    bits = lambda t: t.view(torch.uint8)                            # noqa: E731  (NaN poison compares equal)
+    a, b = filled.inputs(q, cache, table=filled.layout.block_table), stepwise.inputs(q, cache)
+    assert torch.equal(bits(a.kv_pool), bits(b.kv_pool))
+    assert (a.kv_pool_model is None) == (dtype == "bf16")
+    if a.kv_pool_model is not None:
+        assert torch.equal(bits(a.kv_pool_model), bits(b.kv_pool_model))
+    for name in ("block_table", "cache_seqlens", "seq_lens", "q"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.host.describes(a) and torch.equal(a.host.seq_lens, b.seq_lens)

@@ -15,6 +15,7 @@ import torch
 
 from harness.backend_loader import load_backend
 from harness.cases import parse_suite
+from harness.inputs import cache_seqlens_for, draw_seq_lens
 from harness.results import ResultsWriter, read_rows
 from harness.runner import run_cases
 
@@ -24,7 +25,7 @@ seed = {seed}
 
 [defaults]
 batch_size = [1, 3]
-seqlen = "uniform:0:150"
+seqlen = "uniform:0:400"      # short requests and long ones (over reference.batched.SHARED_MAX_KEYS)
 
 [[group]]
 name = "decode"
@@ -105,6 +106,10 @@ def test_rows_do_not_depend_on_chunks_when_calls_share_oracle_blocks(tmp_path, s
     from reference import batched
     monkeypatch.setattr(batched, "shares_blocks", lambda device: True)
     cases = suite_cases(tmp_path, 3)
+    # both paths: cases whose oracle runs right after the kernel (no short request) and cases whose oracle
+    # waits for the chunk (a short one)
+    short = [any(0 < n <= batched.SHARED_MAX_KEYS for n in cache_seqlens_for(c, draw_seq_lens(c))) for c in cases]
+    assert any(short) and not all(short)
     one_at_a_time = run(tmp_path, "serial", cases, spec, workers=0)
     chunked = run(tmp_path, "chunked", cases[::-1], spec, workers=0, chunk_cases=16)
     for case_id, row in one_at_a_time.items():
