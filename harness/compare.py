@@ -88,7 +88,8 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
 
 
 def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
-    """``check_tensor`` for many pairs at once (one per case of a chunk), in one device-to-host transfer."""
+    """``check_tensor`` for many pairs at once (one per case of a chunk): one device-to-host transfer per
+    group of pairs of one size."""
     results = _check_values(name, pairs, bound)
     for res, p in zip(results, pairs):
         if p.expected_dtype is not None:
@@ -123,8 +124,9 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
                 todo.append(i)
     devices = {pairs[i].expected.device for i in todo}
     if len(devices) > 1:
-        raise ValueError(f"pairs to compare together must have their expected values on one device, got {devices}")
-    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], *devices or [torch.device("cpu")]):
+        raise ValueError(f"pairs compared together must have their expected values on one device, got {devices}")
+    device = next(iter(devices), torch.device("cpu"))
+    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], device):
         for i, row in zip(group, _statistics([pairs[i] for i in group], rows, bound)):
             _fill(results[i], row, bound)
     return results

@@ -234,7 +234,8 @@ class KVStore:
                                      pool_pages=case.pool_pages, shared_pages=shared,
                                      pinned_pages=pinned_pages_for(case))
         # ``allocate``'s layouts hold their slots by construction (property-tested: tests/test_fuzz.py,
-        # tests/test_pool.py), so none is checked again here; the block table is, at the launch gate
+        # tests/test_pool.py), so none is checked again here; the block table is, at the launch gate.
+
         # shared pages are written once, by the request sharing the most of them (the one whose
         # prefix filled the radix cache); the others start past them, so no slot is written twice
         owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0

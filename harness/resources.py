@@ -113,7 +113,7 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
     budget = int(available * fraction)
     if need["total"] <= budget:
         return None
-    detail = ", ".join(f"{k} {v / GiB:.1f}" for k, v in need.items() if k != "total")
+    detail = ", ".join(f"{k} {need[k] / GiB:.1f}" for k in ("pools", "inputs", "layout", "checking"))
     return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), "
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 

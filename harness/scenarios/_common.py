@@ -139,8 +139,9 @@ def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
 
 
 def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
-    """Run the answers' oracles and compare them all at once (one device-to-host transfer), and build
-    their outcomes.  ``timing`` gets the host milliseconds of ``oracle`` and ``compare``.
+    """Run the oracles the answers still need (together) and compare them all at once (one device-to-host
+    transfer per group of same-size tensors), and build their outcomes.  ``timing`` gets the host
+    milliseconds of ``oracle`` and ``compare``.
 
     Each answer's numbers are those it gets alone (``reference/batched.py``, ``compare.check_tensors``).
     """
