@@ -21,4 +21,10 @@ start=$(date +%s.%N)
 make verify SETUP= MLA="python3 -m harness.cli" STAMP=h200-speed > "$OUT/speed/verify.log" 2>&1
 echo "make verify rc=$? wall $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
 tail -6 "$OUT/speed/verify.log"
+# every row that did not pass, so a failure is named here even when the results file does not come back
+python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["status"] not in ("pass", "unsupported"):
+        print("not passed:", r["case_id"], r["status"], (r.get("reason") or "")[:300])' reports/verify-h200-speed.jsonl
 cp reports/verify-h200-speed.jsonl "$OUT/speed/" 2>/dev/null
