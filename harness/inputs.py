@@ -244,8 +244,8 @@ class KVStore:
         host = [lay.req_to_token, lay.req_pool_indices, lay.block_table, lay.cache_seqlens, lay.used_pages]
         if filled:      # every token written, and the lengths the kernel is called with
             slots, source = write_slots(lay, self.written, final_lengths)
-            self.filled_lengths = self._host_lengths(final_lengths)
-            host += [slots, self.filled_lengths[1]] + ([] if source is None else [source])
+            host_lengths = self._host_lengths(final_lengths)
+            host += [slots, host_lengths[1]] + ([] if source is None else [source])
         sent = to_device(host, device)
         self.layout = PageLayout(lay.page_size, lay.num_pages, *sent[:5])   # what the kernel is given
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
@@ -260,10 +260,10 @@ class KVStore:
             self.pool = poisoned(shape, fp8_dtype, device)
             self.stored = quantize_fp8(tokens, self.k_scale, fp8_dtype)
             self.descale = torch.tensor([self.k_scale], dtype=torch.float32, device=device)
-        self.filled_sent = None
+        self.filled = None        # (host lengths, the same on the device) of the final lengths, when filled
         if filled:
             self._write(sent[5], sent[7] if len(sent) > 7 else None, final_lengths)
-            self.filled_sent = (self.layout.cache_seqlens, sent[6])
+            self.filled = (host_lengths, (self.layout.cache_seqlens, sent[6]))
 
     def _host_lengths(self, cache: list[int]) -> list[torch.Tensor]:
         """cache_seqlens and seq_lens (verify's drafts taken off) on the host, int32."""
@@ -290,8 +290,8 @@ class KVStore:
         """
         case, lay, bs = self.case, self.layout, len(cache)
         device = q_model.device
-        if self.filled_sent is not None and list(cache) == self.index_layout.cache_seqlens.tolist():
-            host_lengths, (cache_t, seq_t) = self.filled_lengths, self.filled_sent
+        if self.filled is not None and list(cache) == self.index_layout.cache_seqlens.tolist():
+            host_lengths, (cache_t, seq_t) = self.filled
         else:
             host_lengths = self._host_lengths(cache)
             cache_t, seq_t = to_device(host_lengths, device)

@@ -118,11 +118,6 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 
 
-def peak_bytes(case: Case) -> int:
-    """The case's estimated peak memory: what a worker holds while it runs the case."""
-    return _estimate(case)["total"]
-
-
 def chunk_bytes(cases: list[Case]) -> int:
     """The estimated peak memory of cases run as one chunk: what each holds until the chunk's
     comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work)."""
