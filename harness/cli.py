@@ -39,22 +39,32 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _wants_workers(argv: list[str]) -> bool:
-    """``run`` with crash isolation (the default): its worker can start before this process imports torch."""
+def _spares_wanted(argv: list[str]) -> int:
+    """How many workers ``run`` with crash isolation (the default) will start: they can start before this
+    process imports torch.  0 for any other command, or ``--workers 0``."""
     if not argv or argv[0] != "run" or any(a in ("-h", "--help") for a in argv):
-        return False
+        return 0
+    options = {}
     for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--workers=") else \
-            argv[i + 1] if a == "--workers" and i + 1 < len(argv) else None
-        if value is not None and value.strip() == "0":
-            return False
-    return True
+        for name in ("--workers", "--device"):
+            if a.startswith(name + "="):
+                options[name] = a.split("=", 1)[1]
+            elif a == name and i + 1 < len(argv):
+                options[name] = argv[i + 1]
+    if "--workers" in options:
+        try:
+            return max(int(options["--workers"]), 0)
+        except ValueError:
+            return 0            # the parser reports it
+    device = options.get("--device") or ("cuda" if isolation.gpu_present() else "cpu")
+    return isolation.default_workers(device)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if _wants_workers(argv):
-        isolation.start_spare()
+    spares = _spares_wanted(argv)
+    if spares:
+        isolation.start_spares(spares)
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         return args.func(args)

@@ -14,6 +14,7 @@ the case as ``crash`` and exits to be replaced.
 
 import atexit
 import multiprocessing as mp
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ def serve(conn, progress):
     except InputError as e:
         conn.send(("bad_input", str(e)))
         return
+    _warm_up(device)
     conn.send(("ready", None))
 
     def on_start(i):
@@ -80,7 +82,16 @@ def serve(conn, progress):
         conn.send(("rows", rows))
 
 
-# Spare workers: started before this process imports torch (``cli`` calls ``start_spare`` first
+def _warm_up(device):
+    """Create the CUDA context and cuBLAS's handle now, while the parent still prepares the run, rather than
+    in the first case (about a second between them).  No kernel of the backend runs here."""
+    import torch
+    if torch.device(device).type == "cuda":
+        a = torch.ones(8, 8, dtype=torch.float64, device=device)
+        (a @ a).sum().item()
+
+
+# Spare workers: started before this process imports torch (``cli`` calls ``start_spares`` first
 # thing), so the worker's imports, most of its start, overlap the parent's; told what to load as
 # soon as the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.
 # This module imports nothing heavy at the top for that reason.  Spares nobody took are stopped at exit.
@@ -107,28 +118,56 @@ def spawn() -> _Spare:
     return _Spare(proc, conn, progress)
 
 
-def start_spare():
-    """Start a spare worker now, unless one is already waiting (one left by a run that stopped early)."""
+# Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
+# out.  On the H200's 16 cores, 3 to 6 workers ran the flashmla-upstream matrix alike and 8 slower
+# (docs/gpu-runs.md, 2026-12-03, fourth session); one per 4 cores, at most 4.
+GPU_WORKERS = 4
+CORES_PER_GPU_WORKER = 4
+
+
+def default_workers(device: str) -> int:
+    """Worker processes for a run on ``device`` that did not ask for a number.  On the CPU one: there
+    the oracle's arithmetic is the work, spread over the process's threads already."""
+    if device != "cuda":
+        return 1
+    return max(1, min(GPU_WORKERS, (os.cpu_count() or 1) // CORES_PER_GPU_WORKER))
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA GPU is visible, asked of the driver without importing torch (for ``start_spares``)."""
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
+def start_spares(count: int):
+    """Have ``count`` spare workers waiting, starting those missing now."""
     if not _spares:
         atexit.register(stop_spares)
-    if not any(spare.proc.is_alive() for spare in _spares):
-        _spares.append(spawn())
+    alive = sum(spare.proc.is_alive() for spare in _spares)
+    _spares.extend(spawn() for _ in range(count - alive))
 
 
 def worker_job(backend_spec, device, run_chunk) -> tuple:
-    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)``, with this
-    process's torch thread count (see ``serve``).  A spare told one job serves only that job."""
+    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)`` (see ``serve``).
+    A spare told one job serves only that job.
+
+    On the CPU a worker computes with this process's torch thread count: a float64 reduction or matmul
+    splits its work over the threads, so another count gives other last bits.  On a GPU the host's work
+    is small integer arrays, and several workers' idle threads spinning on the same cores cost time
+    (2 workers on the H200: 11.7 s with 16 threads each, 9.3 s with one), so a worker has one thread.
+    """
     import torch
-    return backend_spec, device, torch.get_num_threads(), run_chunk
+    return backend_spec, device, 1 if device == "cuda" else torch.get_num_threads(), run_chunk
 
 
 def load_in_spare(job: tuple):
-    """Tell a waiting spare what to load (``worker_job``), ahead of its use."""
+    """Tell every waiting spare what to load (``worker_job``), ahead of its use."""
     for spare in _spares:
         if spare.job is None and spare.proc.is_alive():
             spare.conn.send(job)
             spare.job = job
-            return
 
 
 def worker_for(job: tuple) -> _Spare:
@@ -154,6 +193,25 @@ def stop_spares():
         spare.proc.kill()
         spare.proc.join()
         spare.conn.close()
+    reap()
+
+
+# Workers whose every row has arrived, told to stop: their exit (tearing down a CUDA context, most of a
+# second) is not waited for inside the run, only before the next run measures free memory (``reap``).
+_retiring: list = []
+
+
+def reap():
+    """Wait for retired workers to exit (kill one that does not), so the memory they held is free again."""
+    while _retiring:
+        proc = _retiring.pop()
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+atexit.register(reap)
 
 
 class Worker:
@@ -182,6 +240,14 @@ class Worker:
         if not 0 <= i < len(self.chunk):
             return None, list(self.chunk)
         return self.chunk[i], self.chunk[:i] + self.chunk[i + 1:]
+
+    def retire(self):
+        """Tell an idle worker to stop and go on without waiting for it (``reap``)."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        _retiring.append(self.proc)
 
     def stop(self, kill=False):
         if kill:
@@ -258,7 +324,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
             for w in list(pool):
                 if w.ready and w.chunk is None:
                     if not todo:
-                        w.stop()
+                        w.retire()
                         pool.remove(w)
                         continue
                     i = memory.pick(todo, sum(other.holds for other in pool if other.chunk is not None))

@@ -110,6 +110,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     def lost_row(case, status: str, reason: str) -> dict:
         return result_row(case, backend, backend_spec, device, Outcome.lost(Status(status), reason)).to_json()
 
+    isolation.reap()         # an earlier run's workers have let go of their memory
     available, measured = resources.available_bytes(device)   # once: a verdict must not depend on the moment
     runnable = []
     for case in todo:

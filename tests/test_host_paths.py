@@ -12,7 +12,7 @@ import io
 import pytest
 import torch
 
-from harness import cli, phases
+from harness import cli, isolation, phases
 from harness.cases import Case
 from harness.inputs import generate, host_copy, write_slots
 from harness.pool import allocate
@@ -107,17 +107,29 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
     assert set(ms) == {"inputs", "oracle"} and all(v >= 0 for v in ms.values())
 
 
-@pytest.mark.parametrize("argv, wanted", [
-    (["run", "--suite", "smoke"], True),
-    (["run", "--suite", "smoke", "--workers", "0"], False),
-    (["run", "--suite", "smoke", "--workers=0"], False),
-    (["run", "--suite", "smoke", "--workers", "2"], True),
-    (["run", "--help"], False),
-    (["report", "x.jsonl"], False),
-    ([], False),
+@pytest.mark.parametrize("argv, gpu, wanted", [
+    (["run", "--suite", "smoke"], False, 1),
+    (["run", "--suite", "smoke"], True, isolation.default_workers("cuda")),
+    (["run", "--suite", "smoke", "--device", "cpu"], True, 1),
+    (["run", "--suite", "smoke", "--device=cuda"], False, isolation.default_workers("cuda")),
+    (["run", "--suite", "smoke", "--workers", "0"], True, 0),
+    (["run", "--suite", "smoke", "--workers=0"], False, 0),
+    (["run", "--suite", "smoke", "--workers", "2"], False, 2),
+    (["run", "--suite", "smoke", "--workers", "two"], False, 0),
+    (["run", "--help"], False, 0),
+    (["report", "x.jsonl"], False, 0),
+    ([], False, 0),
 ])
-def test_a_spare_worker_is_started_only_for_runs_with_workers(argv, wanted):
-    assert cli._wants_workers(argv) is wanted
+def test_spare_workers_are_started_for_the_workers_a_run_will_want(argv, gpu, wanted, monkeypatch):
+    monkeypatch.setattr(isolation, "gpu_present", lambda: gpu)
+    assert cli._spares_wanted(argv) == wanted
+
+
+def test_gpu_workers_are_one_per_four_cores_at_most_four(monkeypatch):
+    for cores, wanted in ((2, 1), (8, 2), (16, 4), (128, 4)):
+        monkeypatch.setattr(isolation.os, "cpu_count", lambda cores=cores: cores)
+        assert isolation.default_workers("cuda") == wanted
+        assert isolation.default_workers("cpu") == 1
 
 
 def test_a_crash_on_an_illegal_access_names_the_memcheck_rerun():

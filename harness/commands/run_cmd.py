@@ -34,11 +34,10 @@ def add_parser(sub):
                    "are kept, the rest run (again); the verdict covers every kept and new row")
     p.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML file: one testcase per case and backend")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    # One worker by default, on a GPU too: on the H200 more were slower, their CUDA contexts time-slicing
-    # the device (docs/gpu-runs.md, 2026-12-03: make verify 26.9 s with 8 workers against 10.9 s with 1).
-    p.add_argument("--workers", type=int, default=1,
-                   help="worker processes that run the kernel (default 1); 0 runs in this process, "
-                        "without crash isolation")
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"worker processes that run the kernel (default: on a GPU one per "
+                        f"{isolation.CORES_PER_GPU_WORKER} cores, at most {isolation.GPU_WORKERS}; on the CPU 1); "
+                        f"0 runs in this process, without crash isolation")
     p.add_argument("--chunk", type=int, default=CHUNK_CASES, metavar="N",
                    help=f"cases whose oracles run in one pass and are compared in one transfer (default "
                         f"{CHUNK_CASES}); 1 runs each case alone.  The rows are the same either way")
@@ -81,6 +80,8 @@ def main(args) -> int:
         import torch
         if not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA device is available here")
+    if args.workers is None:
+        args.workers = isolation.default_workers(device)
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
     if args.chunk < 1:
