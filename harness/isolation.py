@@ -119,8 +119,8 @@ def spawn() -> _Spare:
 
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
-# out.  On the H200's 16 cores, 3 to 6 workers ran the flashmla-upstream matrix alike and 8 slower
-# (docs/gpu-runs.md, 2026-12-03, fourth session); one per 4 cores, at most 4.
+# out.  On the H200's 16 cores the flashmla-upstream matrix ran at 224 cases/s with 1 worker, 274 with 2 and
+# 313-348 with 3 to 8 (docs/gpu-runs.md, 2026-12-03, fourth session); one per 4 cores, at most 4.
 GPU_WORKERS = 4
 CORES_PER_GPU_WORKER = 4
 
