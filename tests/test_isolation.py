@@ -74,3 +74,26 @@ def test_resume_skips_recorded_cases_and_fills_in_the_rest(tmp_path, capsys):
                  "--workers", "1", "--no-progress"]) == 0
     ids = [r["case_id"] for r in rows_of(out)]
     assert sorted(ids) == sorted(f"iso/g/{i}" for i in range(6))   # 2 once, the others added
+
+
+def test_a_finished_worker_is_reaped_after_the_run_not_waited_for_in_it(tmp_path):
+    """A worker's exit is not waited for inside ``run_isolated`` (``Worker.retire``); ``reap`` waits for it."""
+    from harness import isolation
+    from harness.cases import load_suite
+    from harness.chunk import run_chunk
+    cases = load_suite("smoke").cases[:2]
+    rows = []
+    isolation.run_isolated([cases], "torch", "cpu", rows.append, None, run_chunk, workers=1)
+    assert [r["case_id"] for r in rows] == [c.id for c in cases]
+    retired = list(isolation._retiring)
+    assert len(retired) == 1
+    isolation.reap()
+    assert not isolation._retiring and retired[0].exitcode == 0     # it stopped on its own, not killed
+
+
+def test_a_gpu_worker_gets_one_thread_and_a_cpu_worker_the_parents_count():
+    import torch
+
+    from harness import isolation
+    assert isolation.worker_job("torch", "cuda", None)[2] == 1
+    assert isolation.worker_job("torch", "cpu", None)[2] == torch.get_num_threads()
