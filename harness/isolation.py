@@ -155,8 +155,8 @@ def worker_job(backend_spec, device, run_chunk) -> tuple:
 
     On the CPU a worker computes with this process's torch thread count: a float64 reduction or matmul
     splits its work over the threads, so another count gives other last bits.  On a GPU the host's work
-    is small integer arrays, and several workers' idle threads spinning on the same cores cost time
-    (2 workers on the H200: 11.7 s with 16 threads each, 9.3 s with one), so a worker has one thread.
+    is small integer arrays, and several workers' threads on the same cores cost time (2 workers on the
+    H200's 16 cores: 11.7 s with 16 threads each, 9.0 s with one), so a worker has one thread.
     """
     import torch
     return backend_spec, device, 1 if device == "cuda" else torch.get_num_threads(), run_chunk

@@ -78,13 +78,17 @@ class RunSummary:
 def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
-              row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES) -> RunSummary:
+              row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
+              memory: tuple[int, str] | None = None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
     worker processes (``isolation.py``), so a crash or hang costs one case.
     Cases the backend does not support are recorded here without a worker.  Up to
     ``chunk_cases`` cases are compared together (``chunk.py``); 1 runs each case alone.
+    ``memory``: ``resources.available_bytes`` as the caller measured it before any worker of this run touched
+    the device (a worker's context counts as used; ``shared_budget`` allows for it).  Without it the run
+    measures, once the workers of earlier runs and any spare told another job are gone.
     """
     from tqdm import tqdm
 
@@ -110,8 +114,10 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     def lost_row(case, status: str, reason: str) -> dict:
         return result_row(case, backend, backend_spec, device, Outcome.lost(Status(status), reason)).to_json()
 
-    isolation.reap()         # an earlier run's workers have let go of their memory
-    available, measured = resources.available_bytes(device)   # once: a verdict must not depend on the moment
+    if memory is None:
+        isolation.stop_spares()      # spares and earlier workers with a device context of their own
+        memory = resources.available_bytes(device)
+    available, measured = memory      # once: a verdict must not depend on the moment
     runnable = []
     for case in todo:
         refused = precheck(case, backend, device, available, measured)

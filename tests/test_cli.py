@@ -405,3 +405,17 @@ def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().startswith("mla-verify: error: unknown suite 'nosuch'")
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_free_memory_is_measured_before_any_spare_is_told_to_load(tmp_path, in_repo, monkeypatch):
+    """A spare makes its CUDA context once told its job: measured after, the free memory (and so a
+    too-large verdict) would depend on how far the spares had got."""
+    from harness import isolation, resources
+    calls = []
+    real_measure, real_tell = resources.available_bytes, isolation.load_in_spare
+    monkeypatch.setattr(resources, "available_bytes", lambda device: calls.append("measure") or real_measure(device))
+    monkeypatch.setattr(isolation, "load_in_spare", lambda job: calls.append("tell") or real_tell(job))
+    code, _, err = run("--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
+                       "--out", tmp_path / "r.jsonl", workers="1")
+    assert code == 0, err
+    assert calls == ["measure", "tell"]

@@ -83,6 +83,7 @@ def test_a_finished_worker_is_reaped_after_the_run_not_waited_for_in_it(tmp_path
     from harness.chunk import run_chunk
     cases = load_suite("smoke").cases[:2]
     rows = []
+    isolation.reap()                 # workers earlier tests retired
     isolation.run_isolated([cases], "torch", "cpu", rows.append, None, run_chunk, workers=1)
     assert [r["case_id"] for r in rows] == [c.id for c in cases]
     retired = list(isolation._retiring)

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from .. import cases as case_mod
-from .. import isolation, junit
+from .. import isolation, junit, resources
 from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
 from ..chunk import CHUNK_CASES, run_chunk
@@ -96,7 +96,11 @@ def main(args) -> int:
     if args.require_kernel and not any(s in KERNELS for s in specs):
         raise InputError("--require-kernel: no real kernel will be verified here ("
                          + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
-    if args.workers:       # the spare worker (cli) loads the first backend while this process prepares the run
+    memory = None
+    if args.workers:
+        # the spares (cli) load the first backend and make their CUDA context while this process prepares
+        # the run; free memory is measured first, so it never depends on how far they got
+        memory = resources.available_bytes(device)
         isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk))
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
@@ -118,7 +122,8 @@ def main(args) -> int:
             run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
                       progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
                       timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes},
-                      chunk_cases=args.chunk)
+                      chunk_cases=args.chunk, memory=memory)
+            memory = None        # the next backend's run measures for itself
     print_summary(summary, path)
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
