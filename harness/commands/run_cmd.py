@@ -96,18 +96,20 @@ def main(args) -> int:
     if args.require_kernel and not any(s in KERNELS for s in specs):
         raise InputError("--require-kernel: no real kernel will be verified here ("
                          + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
-    memory = None
+    memory, measuring_s = None, 0.0
     if args.workers:
         # the spares (cli) load the first backend and make their CUDA context while this process prepares
         # the run; free memory is measured first, so it never depends on how far they got
+        t0 = time.perf_counter()
         memory = resources.available_bytes(device)
+        measuring_s = time.perf_counter() - t0
         isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk))
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
         check_writable(args.junit_xml)
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     resuming = bool(args.resume) and Path(args.resume).exists()
-    summary = RunSummary(selection=auto_notes)
+    summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
     case_ids = {c.id for c in cases}
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
