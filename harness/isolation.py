@@ -84,7 +84,7 @@ def serve(conn, progress):
 
 def _warm_up(device):
     """Create the CUDA context and cuBLAS's handle now, while the parent still prepares the run, rather than
-    in the first case (about a second between them).  No kernel of the backend runs here."""
+    in the first case (0.45 s and 0.11 s on the H200).  No kernel of the backend runs here."""
     import torch
     if torch.device(device).type == "cuda":
         a = torch.ones(8, 8, dtype=torch.float64, device=device)
