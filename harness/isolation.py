@@ -162,12 +162,14 @@ def worker_job(backend_spec, device, run_chunk) -> tuple:
     return backend_spec, device, 1 if device == "cuda" else torch.get_num_threads(), run_chunk
 
 
-def load_in_spare(job: tuple):
-    """Tell every waiting spare what to load (``worker_job``), ahead of its use."""
+def load_in_spare(job: tuple, count: int):
+    """Tell up to ``count`` waiting spares what to load (``worker_job``), ahead of their use.  Spares not
+    told stay without a device context and are stopped at exit."""
     for spare in _spares:
-        if spare.job is None and spare.proc.is_alive():
+        if count > 0 and spare.job is None and spare.proc.is_alive():
             spare.conn.send(job)
             spare.job = job
+            count -= 1
 
 
 def worker_for(job: tuple) -> _Spare:

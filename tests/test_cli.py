@@ -414,7 +414,7 @@ def test_free_memory_is_measured_before_any_spare_is_told_to_load(tmp_path, in_r
     calls = []
     real_measure, real_tell = resources.available_bytes, isolation.load_in_spare
     monkeypatch.setattr(resources, "available_bytes", lambda device: calls.append("measure") or real_measure(device))
-    monkeypatch.setattr(isolation, "load_in_spare", lambda job: calls.append("tell") or real_tell(job))
+    monkeypatch.setattr(isolation, "load_in_spare", lambda *job: calls.append("tell") or real_tell(*job))
     code, _, err = run("--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
                        "--out", tmp_path / "r.jsonl", workers="1")
     assert code == 0, err

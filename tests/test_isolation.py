@@ -98,3 +98,16 @@ def test_a_gpu_worker_gets_one_thread_and_a_cpu_worker_the_parents_count():
     from harness import isolation
     assert isolation.worker_job("torch", "cuda", None)[2] == 1
     assert isolation.worker_job("torch", "cpu", None)[2] == torch.get_num_threads()
+
+
+def test_only_as_many_spares_as_the_run_uses_are_told_to_load(monkeypatch):
+    """A spare told its job loads the backend and makes a CUDA context: one the run will not use must not."""
+    from types import SimpleNamespace
+
+    from harness import isolation
+    sent = []
+    spares = [isolation._Spare(SimpleNamespace(is_alive=lambda: True), SimpleNamespace(send=sent.append), None)
+              for _ in range(4)]
+    monkeypatch.setattr(isolation, "_spares", spares)
+    isolation.load_in_spare(("job",), 2)
+    assert sent == [("job",)] * 2 and [s.job for s in spares] == [("job",), ("job",), None, None]

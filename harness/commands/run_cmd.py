@@ -103,7 +103,7 @@ def main(args) -> int:
         t0 = time.perf_counter()
         memory = resources.available_bytes(device)
         measuring_s = time.perf_counter() - t0
-        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk))
+        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers)
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
         check_writable(args.junit_xml)
