@@ -8,13 +8,9 @@ import dataclasses
 
 import torch
 
-from reference import Problem, joins_shared_blocks, mla_attention_many
+from reference import Problem, descale_scalar, joins_shared_blocks, mla_attention_many
 
 from .inputs import Inputs, host_copy
-
-
-def descale_value(t: torch.Tensor | None) -> float | None:
-    return None if t is None else float(t.reshape(-1)[0])
 
 
 def problem(inputs: Inputs) -> Problem:
@@ -22,7 +18,7 @@ def problem(inputs: Inputs) -> Problem:
     host = host_copy(inputs)
     return Problem(inputs.q, inputs.kv_pool, host.block_table.numpy(), tuple(host.cache_seqlens.tolist()),
                    inputs.softmax_scale, inputs.d_v, inputs.causal,
-                   descale_value(inputs.descale_q), descale_value(inputs.descale_k))
+                   descale_scalar(inputs.descale_q), descale_scalar(inputs.descale_k))
 
 
 def gains_from_company(inputs: Inputs) -> bool:
@@ -45,8 +41,3 @@ def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tupl
 def expected(inputs: Inputs, compute_dtype=torch.float64):
     """The oracle on exactly the kernel's inputs."""
     return expected_many([inputs], compute_dtype)[0]
-
-
-def expected_model_precision(inputs: Inputs, compute_dtype=torch.float64):
-    """fp8 only: the oracle on the unquantised q and KV, for the end-to-end error."""
-    return expected(model_precision(inputs), compute_dtype)

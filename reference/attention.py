@@ -76,19 +76,18 @@ def mla_attention_loop(q, kv_pool, block_table, cache_seqlens, softmax_scale, d_
 
 def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale, d_v,
                           causal=True, descale_q=None, descale_k=None,
-                          max_elements=MAX_BLOCK_ELEMENTS, compute_dtype=torch.float64, host_lengths=None):
+                          max_elements=MAX_BLOCK_ELEMENTS, compute_dtype=torch.float64):
     """The same function, vectorised: ``mla_attention_many`` on this one call.
 
     Requests are computed in blocks of one shape (``batched.py``), padded so no block's largest
     float64 tensor passes ``max_elements`` entries (beyond what one request needs); padded key slots
-    read a real token with weight 0, so poisoned (NaN) memory never leaks in.  ``host_lengths``:
-    ``cache_seqlens`` as ints, when the caller has them (the table is read back either way).
+    read a real token with weight 0, so poisoned (NaN) memory never leaks in.
     """
-    lengths = cache_seqlens.tolist() if host_lengths is None else list(host_lengths)
-    problem = Problem(q, kv_pool, block_table.cpu().numpy(), tuple(lengths), softmax_scale, d_v, causal,
-                      _scalar(descale_q), _scalar(descale_k))
+    problem = Problem(q, kv_pool, block_table.cpu().numpy(), tuple(cache_seqlens.tolist()), softmax_scale, d_v,
+                      causal, descale_scalar(descale_q), descale_scalar(descale_k))
     return mla_attention_many([problem], compute_dtype, max_elements)[0]
 
 
-def _scalar(descale):
+def descale_scalar(descale) -> float | None:
+    """A one-element descale tensor (or a number) as a float; None stays None."""
     return None if descale is None else float(descale)

@@ -121,11 +121,11 @@ def test_draft_slot_mask_marks_exactly_the_drafts():
 
 
 def test_end_to_end_error_is_unaffected_by_the_view():
-    from harness.oracle import expected_model_precision
+    from harness.oracle import expected, model_precision
     inputs = make("verify", s_q=2)
     view = kernel_view(inputs, CAST)
     assert view.q_model is inputs.q_model
-    a, b = expected_model_precision(view), expected_model_precision(inputs)
+    a, b = expected(model_precision(view)), expected(model_precision(inputs))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
