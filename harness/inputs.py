@@ -18,7 +18,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from reference import FP8_MAX, quantize_fp8
+from reference import FP8_MAX, as_bits, quantize_fp8
 
 from . import seqlens
 from .cases import Case
@@ -149,15 +149,11 @@ def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
     return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
 
 
-_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def poisoned(shape, dtype, device) -> torch.Tensor:
     """A NaN-filled tensor, filled in place through its bits: no float32 copy of a pool of many GiB."""
-    as_int = _SAME_SIZE_INT[torch.empty((), dtype=dtype).element_size()]
-    nan_bits = int(torch.tensor([float("nan")]).to(dtype).view(as_int)[0])
+    nan_bits = int(as_bits(torch.tensor([float("nan")]).to(dtype))[0])
     out = torch.empty(shape, dtype=dtype, device=device)
-    out.view(as_int).fill_(nan_bits)
+    as_bits(out).fill_(nan_bits)
     return out
 
 

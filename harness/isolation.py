@@ -143,8 +143,6 @@ def gpu_present() -> bool:
 
 def start_spares(count: int):
     """Have ``count`` spare workers waiting, starting those missing now."""
-    if not _spares:
-        atexit.register(stop_spares)
     alive = sum(spare.proc.is_alive() for spare in _spares)
     _spares.extend(spawn() for _ in range(count - alive))
 
@@ -189,7 +187,8 @@ def worker_for(job: tuple) -> _Spare:
 
 
 def stop_spares():
-    """A spare has run nothing and holds nothing that matters: it is killed, not waited for."""
+    """A spare has run nothing and holds nothing that matters: it is killed, not waited for.  Retired
+    workers are then reaped."""
     while _spares:
         spare = _spares.pop()
         spare.proc.kill()
@@ -213,7 +212,7 @@ def reap():
             proc.join()
 
 
-atexit.register(reap)
+atexit.register(stop_spares)      # spares nobody took, and retired workers, at exit
 
 
 class Worker:

@@ -126,12 +126,10 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         else:
             runnable.append(case)
     summary.workers = max(summary.workers, workers)
+    budget = resources.shared_budget(device, available, max(workers, 1))
     # a chunk never holds more than the machine can give all workers' chunks at once
-    chunks = chunk.plan(runnable, max_cases=chunk_cases,
-                        max_bytes=min(chunk.chunk_budget(device),
-                                      resources.shared_budget(device, available, max(workers, 1))))
+    chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget))
     if workers:
-        budget = resources.shared_budget(device, available, workers)
         isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
                                workers=workers, timeout_s=timeout_s,
                                memory=isolation.MemoryGate(resources.chunk_bytes, budget))

@@ -26,10 +26,6 @@ import torch
 from .batched import MAX_BLOCK_ELEMENTS, Problem, mla_attention_many, read_as
 
 
-def _read(x: torch.Tensor, descale) -> torch.Tensor:
-    return read_as(x, descale, torch.float64)
-
-
 def visible_key_count(cache_seqlen: int, s_q: int, i: int, causal: bool) -> int:
     """How many keys (a prefix of the sequence) query token ``i`` attends to."""
     if not causal:
@@ -55,12 +51,12 @@ def mla_attention_loop(q, kv_pool, block_table, cache_seqlens, softmax_scale, d_
     b, s_q, h_q, d_qk = q.shape
     h_kv = kv_pool.shape[2]
     group = h_q // h_kv
-    qf = _read(q, descale_q)
+    qf = read_as(q, descale_q, torch.float64)
     out = torch.zeros(b, s_q, h_q, d_v, dtype=torch.float64, device=q.device)
     lse = torch.full((b, h_q, s_q), math.inf, dtype=torch.float64, device=q.device)
     for r in range(b):
         seqlen = int(cache_seqlens[r])
-        keys = _read(gather_tokens(kv_pool, block_table[r], max(seqlen, 0)), descale_k).to(q.device)
+        keys = read_as(gather_tokens(kv_pool, block_table[r], max(seqlen, 0)), descale_k, torch.float64).to(q.device)
         for i in range(s_q):
             n = visible_key_count(seqlen, s_q, i, causal)
             if n == 0:

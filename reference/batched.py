@@ -62,6 +62,11 @@ def read_as(x: torch.Tensor, descale, dtype) -> torch.Tensor:
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t``'s bits as integers of the same size: filled or masked through it, no float copy."""
+    return t.view(_SAME_SIZE_INT[t.element_size()])
+
+
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -237,7 +242,7 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype, s
     # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
     if shortest < n_keys:
         padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
-        pages.view(_SAME_SIZE_INT[pages.element_size()]).view(rows, n_keys, -1)[:, shortest:].masked_fill_(
+        as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(
             padding[:, :, None], 0)
     # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
