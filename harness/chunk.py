@@ -85,9 +85,11 @@ def _guarded(step):
 
 
 class ContextLost(Exception):
-    """A case left the device unusable (a sticky CUDA error): the chunk stops at ``index``."""
+    """A case left the device unusable (a sticky CUDA error): the chunk stops.  ``index`` is the case whose
+    row says so, or None where the fault cannot be placed (a chunk whose cases did not wait for their
+    kernels, ``phases.settle``): then every case of the chunk runs again alone."""
 
-    def __init__(self, index: int, row: dict):
+    def __init__(self, index: int | None, row: dict):
         super().__init__(row.get("reason"))
         self.index, self.row = index, row
 
@@ -100,8 +102,19 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
     comparison (a worker reports it, so a crash is charged to the right case).
     ``context_lost(row)`` says whether a case's row means the device is lost; the chunk then
     raises ``ContextLost`` instead of running on in a dead context.
+
+    A case alone waits for the device around its kernel, so a fault lands in its own phase; so do a
+    chunk's cases when nobody could run them again (no ``context_lost``: run in this process).  Cases
+    of a chunk in a worker do not wait (``phases``): the chunk's device work queues up, and a fault
+    that loses the device is placed by running each case again alone.
     """
-    clocks = [PhaseClock() for _ in cases]
+    settles = len(cases) == 1 or context_lost is None
+    clocks = [PhaseClock(settles) for _ in cases]
+
+    def check_device(i, row):
+        if context_lost is not None and context_lost(row):
+            raise ContextLost(i if settles else None, row)
+
     seconds = [0.0] * len(cases)             # each case's own time; a waiting one adds its share of the compare
     results = [None] * len(cases)            # an Outcome, or an Answer waiting for the compare
     for i, case in enumerate(cases):
@@ -113,17 +126,18 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
         seconds[i] = time.perf_counter() - t0
         results[i] = failure or result
         if isinstance(results[i], Outcome) and context_lost is not None:
-            row = _row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i])
-            if context_lost(row):
-                raise ContextLost(i, row)
+            check_device(i, _row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i]))
     if on_start:
         on_start(len(cases))
     waiting = [i for i, r in enumerate(results) if not isinstance(r, Outcome)]
     for i, (outcome, share_ms) in zip(waiting, _judge([results[i] for i in waiting], [clocks[i] for i in waiting])):
         results[i] = outcome
         seconds[i] += share_ms / 1e3
-    return [_row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i])
+    rows = [_row(case, backend, backend_spec, device, results[i], clocks[i], seconds[i])
             for i, case in enumerate(cases)]
+    for i, row in enumerate(rows):      # a context lost while comparing: no worker may run on in it
+        check_device(i, row)
+    return rows
 
 
 def _judge(answers, clocks) -> list[tuple[Outcome, float]]:

@@ -3,13 +3,15 @@
 An illegal memory access, an abort or a hang in one case must not end the
 suite.  Each worker loads the backend once and runs chunks of cases sent over a
 pipe (``chunk.run_chunk``); the parent writes every row as it arrives.  Before
-each case the worker posts the case's index in a shared counter, so when a
-worker dies the parent knows which case it was in: that case is recorded as
-``crash`` (or ``timeout``, for one that overran and was killed), and the rest of
-the chunk, whose rows died with the worker, runs again in a fresh one.  A crash
-costs one case; a row that reached the parent is never lost.  A CUDA error is
-sticky (the context is unusable afterwards), so a worker that hits one reports
-the case as ``crash`` and exits to be replaced.
+each case the worker posts the case's index in a shared counter.  When a worker
+dies in a case run alone, the parent knows which it was: that case is recorded
+as ``crash`` (or ``timeout``, for one that overran and was killed).  The cases
+of a chunk of several do not wait for their kernels (``phases``), so a fault
+there may surface in any later case: none is charged, and every case of the
+chunk runs again alone, in a fresh worker, where the fault finds its own case.
+A crash costs one case; a row that reached the parent is never lost.  A CUDA
+error is sticky (the context is unusable afterwards), so a worker that hits one
+reports it and exits to be replaced.
 """
 
 import atexit
@@ -75,8 +77,9 @@ def serve(conn, progress):
             conn.send(("bad_input", str(e)))
             return
         except ContextLost as lost:
-            row = {**lost.row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {lost.row['reason']}",
-                   "failed_checks": [CRASH]}
+            row = None if lost.index is None else \
+                {**lost.row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {lost.row['reason']}",
+                 "failed_checks": [CRASH]}
             conn.send(("lost", (lost.index, row)))
             return
         conn.send(("rows", rows))
@@ -236,11 +239,13 @@ class Worker:
             self.seen, self.deadline = self.progress.value, now + timeout_s
 
     def in_hand(self):
-        """The case the worker is on (None while comparing), and the chunk's other cases, not yet recorded."""
+        """The case to charge with the worker's death (None while comparing, and in a chunk of several,
+        whose cases did not wait for their kernels: a fault there may belong to any of them), and the
+        chunk's other cases, not yet recorded."""
         i = self.progress.value
-        if not 0 <= i < len(self.chunk):
+        if len(self.chunk) > 1 or not 0 <= i < len(self.chunk):
             return None, list(self.chunk)
-        return self.chunk[i], self.chunk[:i] + self.chunk[i + 1:]
+        return self.chunk[i], []
 
     def retire(self):
         """Tell an idle worker to stop and go on without waiting for it (``reap``)."""
@@ -350,10 +355,11 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                         for row in payload:
                             on_row(row)
                         w.chunk, w.holds, w.deadline = None, 0, None
-                    elif kind == "lost":           # a sticky CUDA error: that case crashed, the rest run again
+                    elif kind == "lost":    # a sticky CUDA error: that case crashed (if known), the rest run again
                         index, row = payload
-                        on_row(row)
-                        requeue(w.chunk[:index] + w.chunk[index + 1:])
+                        if index is not None:
+                            on_row(row)
+                        requeue([c for i, c in enumerate(w.chunk) if i != index])
                         w.chunk = None
                         lost = (None, None)
                     elif kind == "bad_input":

@@ -3,10 +3,18 @@
 A case runs in phases: ``inputs`` (build q, the pool and the tables), ``kernel``
 (the backend's call), ``oracle`` (the float64 reference) and ``compare``.  An
 exception in ``kernel`` is the kernel's ``error``; one anywhere else is a
-``harness_error``, never blamed on the kernel.  The device is waited for before
-and after each kernel call, not at every phase's end: a device fault in the
-harness's own work surfaces at the next wait, the one before the next launch or
-the comparison's transfer, outside the kernel phase, so it is still the harness's.
+``harness_error``, never blamed on the kernel.
+
+A device fault is asynchronous: it surfaces at the next wait.  A case run alone
+(``settles``) waits for the device before and after its kernel call, not at
+every phase's end: a fault in the harness's own work surfaces at the wait before
+the next launch or at the comparison's transfer, outside the kernel phase, so it
+is still the harness's; one in the kernel surfaces in the kernel phase.  A case
+in a chunk of several does not wait around its kernel: each wait lets the GPU
+switch to another worker's context, and with several workers that cost more than
+the waits themselves (docs/gpu-runs.md).  Should such a chunk lose its device,
+its faults cannot be placed, so none is: each of its cases runs again alone
+(``chunk.run_chunk``, ``isolation``).
 """
 
 import contextvars
@@ -36,7 +44,8 @@ class PhaseClock:
     read once the device is done with them (``read``).  Without CUDA, host wall-clock time.
     """
 
-    def __init__(self):
+    def __init__(self, settles: bool = True):
+        self.settles = settles    # wait for the device around the kernel (``settle``): a case run alone
         self.ms: dict[str, float] = {}
         self._pending = []        # (name, start event, end event, host ms): read by ``read``
         self._token = None
@@ -98,6 +107,44 @@ class _Mark:
 
 
 _CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=None)
+
+
+def settle(device):
+    """Wait for the device, so that a fault of the work queued so far surfaces here, in the phase that
+    queued it; not for a case in a chunk of several (its clock does not settle; see the module's note)."""
+    import torch
+    clock = _CLOCK.get()
+    if torch.device(device).type == "cuda" and (clock is None or clock.settles):
+        torch.cuda.synchronize()
+
+
+class KernelTime:
+    """The milliseconds of one kernel call, read with ``float()`` once the call is done.  On a GPU, CUDA
+    events around the call on the device's timeline, so timing it needs no wait; host time otherwise,
+    and where the events cannot be read (a context lost to a sticky error)."""
+
+    def __init__(self, device):
+        import torch
+        self._events = None
+        if torch.device(device).type == "cuda":
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
+        self._host = [time.perf_counter()]
+
+    def stop(self) -> "KernelTime":
+        if self._events is not None:
+            self._events[1].record()
+        self._host.append(time.perf_counter())
+        return self
+
+    def __float__(self) -> float:
+        if self._events is not None:
+            try:
+                self._events[1].synchronize()
+                return self._events[0].elapsed_time(self._events[1])
+            except Exception:
+                pass
+        return (self._host[-1] - self._host[0]) * 1e3
 
 
 @contextmanager

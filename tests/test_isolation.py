@@ -3,6 +3,8 @@
 import json
 import textwrap
 
+from harness import phases
+from harness.backends.torch_backend import TorchBackend
 from harness.cli import main
 
 SUITE = textwrap.dedent('''
@@ -111,3 +113,97 @@ def test_only_as_many_spares_as_the_run_uses_are_told_to_load(monkeypatch):
     monkeypatch.setattr(isolation, "_spares", spares)
     isolation.load_in_spare(("job",), 2)
     assert sent == [("job",)] * 2 and [s.job for s in spares] == [("job",), ("job",), None, None]
+
+
+LOST = "CUDA error: an illegal memory access was encountered"
+
+
+class _LosesDevice(TorchBackend):
+    """A CPU backend whose call on 5 heads raises what a lost CUDA context raises; it notes, per call,
+    whether its case waits for the device around the kernel (``phases.settle``)."""
+
+    name = "loses-device"
+
+    def __init__(self):
+        super().__init__()
+        self.settles = []
+
+    def run(self, inputs):
+        self.settles.append(phases._CLOCK.get().settles)
+        if inputs.q.shape[2] == 5:
+            raise RuntimeError(LOST)
+        return super().run(inputs)
+
+
+def _iso_cases(tmp_path):
+    from harness.cases import load_suite
+    suite = tmp_path / "iso.toml"
+    suite.write_text(SUITE)
+    return load_suite(str(suite)).cases          # iso/g/1 has 5 heads
+
+
+def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path):
+    """Cases of a chunk in a worker do not wait for their kernels, so a lost context there may have been
+    any case's: the chunk names none.  Alone (or with nobody to run them again) a case waits, and is named."""
+    import pytest
+
+    from harness.chunk import ContextLost, run_chunk
+    cases = _iso_cases(tmp_path)
+    lost = lambda row: LOST in (row.get("reason") or "")     # noqa: E731
+    backend = _LosesDevice()
+    with pytest.raises(ContextLost) as chunk_of_three:
+        run_chunk(cases[:3], backend, "loses-device", "cpu", context_lost=lost)
+    assert chunk_of_three.value.index is None and backend.settles == [False, False]
+    backend.settles.clear()
+    with pytest.raises(ContextLost) as alone:
+        run_chunk(cases[1:2], backend, "loses-device", "cpu", context_lost=lost)
+    assert alone.value.index == 0 and backend.settles == [True]
+    backend.settles.clear()
+    rows = run_chunk(cases[:3], backend, "loses-device", "cpu")     # in this process: every case waits
+    assert [r["status"] for r in rows] == ["pass", "error", "pass"] and backend.settles == [True] * 3
+
+
+def _loses_device_in_case_1(cases, backend, backend_spec, device, on_start=None, context_lost=None):
+    """``run_chunk`` as a worker runs it, but case iso/g/1 loses the device, as ``run_chunk`` reports it."""
+    from harness.chunk import ContextLost, run_chunk
+    for i, case in enumerate(cases):
+        if case.id == "iso/g/1":
+            row = run_chunk([case], backend, backend_spec, device)[0]
+            raise ContextLost(0 if len(cases) == 1 else None, {**row, "status": "error", "reason": LOST})
+    return run_chunk(cases, backend, backend_spec, device, on_start=on_start)
+
+
+def test_a_chunk_that_lost_its_device_runs_again_case_by_case(tmp_path):
+    """No case of the chunk is charged; each runs again alone, and only the one that loses the device
+    alone is recorded as a crash.  Every case gets exactly one row."""
+    from harness import isolation
+    from harness.chunk import result_row
+    from harness.outcome import Outcome
+    from harness.status import Status
+    cases = _iso_cases(tmp_path)
+    rows = []
+
+    def crash_row(case, status, reason):
+        return result_row(case, None, "torch", "cpu", Outcome.lost(Status(status), reason)).to_json()
+
+    isolation.run_isolated([cases], "torch", "cpu", rows.append, crash_row, _loses_device_in_case_1, workers=1)
+    status = {r["case_id"]: r["status"] for r in rows}
+    assert len(rows) == len(cases) == len(status)
+    assert status.pop("iso/g/1") == "crash" and set(status.values()) == {"pass"}
+    assert [r["reason"] for r in rows if r["case_id"] == "iso/g/1"] == [f"CUDA context lost: {LOST}"]
+
+
+def test_settle_waits_only_where_the_case_waits(monkeypatch):
+    import torch
+
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: waits.append(1))
+    phases.settle("cuda")                       # outside any case: waits
+    with phases.PhaseClock(settles=True):
+        phases.settle("cuda")
+    with phases.PhaseClock(settles=False):
+        phases.settle("cuda")
+    phases.settle("cpu")
+    assert len(waits) == 2
+    kernel_time = phases.KernelTime("cpu").stop()
+    assert 0.0 <= float(kernel_time) < 1e3

@@ -12,7 +12,7 @@ from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, m
 from ..conventions import kernel_view
 from ..inputs import Inputs, generate, host_copy, torch_dtype
 from ..outcome import Outcome
-from ..phases import KERNEL, phase
+from ..phases import KERNEL, KernelTime, phase, settle
 from ..pool import validate_block_table
 from ..tolerances import TOLERANCES, Tolerance
 from ..transfer import to_device
@@ -29,18 +29,19 @@ def build_inputs(case, device) -> Inputs:
 
 
 def launch(backend, inputs: Inputs):
-    """Gate, run and time one kernel call; returns the kernel's own ``(out, lse, kernel_ms)``."""
+    """Gate, run and time one kernel call; returns the kernel's own ``(out, lse, kernel time)``, the time
+    a ``KernelTime`` (``float()`` gives its milliseconds once the call is done)."""
     host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
     validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
-    sync(inputs.device)
+    settle(inputs.device)       # a fault of the harness's work so far surfaces here, before the kernel's phase
     with phase(KERNEL):
         if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
             backend.prepare(inputs)
-            sync(inputs.device)
-        t0 = time.perf_counter()
+        kernel_time = KernelTime(inputs.device)
         out, lse = backend.run(inputs)
-        sync(inputs.device)     # an asynchronous kernel fault surfaces here, still in the kernel's phase
-    return out, lse, (time.perf_counter() - t0) * 1e3
+        kernel_time.stop()
+        settle(inputs.device)   # an asynchronous kernel fault surfaces here, still in the kernel's phase
+    return out, lse, kernel_time
 
 
 def lse_base_e(lse: torch.Tensor | None, capabilities) -> torch.Tensor | None:
@@ -86,7 +87,7 @@ class Answer:
     inputs: Inputs
     out: torch.Tensor
     lse: torch.Tensor | None
-    kernel_ms: float | None = None
+    kernel_ms: KernelTime | float | None = None
     extra_failures: tuple = ()           # a scenario's own checks (determinism, padding, ...)
     extra_metrics: dict | None = None
     extra_messages: tuple = ()
@@ -205,7 +206,7 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
         details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
                  "k_scale": None if a.inputs.descale_k is None else float(a.inputs.descale_k[0]),
                  **({"lse_produced": False} if a.lse is None else {})},
-        kernel_ms=a.kernel_ms)
+        kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))
 
 
 SAMPLE_SIZE = 64

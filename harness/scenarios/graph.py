@@ -104,7 +104,7 @@ def run(case, backend, device):
                             f"the same buffers, {first_difference(out_g, out_e[:bs])}")
         inputs = store.inputs(q_model, cache[:bs])
         out_s, lse_s, ms = launch(backend, inputs)              # the engine's eager call on the real batch
-        kernel_ms += ms
+        kernel_ms += float(ms)
         engine_bitwise &= bitwise_equal(out_g, out_s) and bitwise_equal(lse_g, lse_s)
         dev_check = check_tensor("out", out_g, out_s.double(), tol.out)
         worst["graph_vs_engine_eager_out"] = max(worst["graph_vs_engine_eager_out"], dev_check.max_abs_err)
