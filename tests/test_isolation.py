@@ -166,7 +166,7 @@ def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path)
 def _loses_device_in_case_1(cases, backend, backend_spec, device, on_start=None, context_lost=None):
     """``run_chunk`` as a worker runs it, but case iso/g/1 loses the device, as ``run_chunk`` reports it."""
     from harness.chunk import ContextLost, run_chunk
-    for i, case in enumerate(cases):
+    for case in cases:
         if case.id == "iso/g/1":
             row = run_chunk([case], backend, backend_spec, device)[0]
             raise ContextLost(0 if len(cases) == 1 else None, {**row, "status": "error", "reason": LOST})
