@@ -192,9 +192,22 @@ def write_slots(layout: PageLayout, first: list[int], last: list[int]) -> tuple[
 
 
 def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, source: torch.Tensor | None):
-    """Scatter ``tokens[source]`` (every token, in order, when ``source`` is None) into pool slots."""
-    flat = pool.view(-1, *pool.shape[2:])
-    flat[slots] = tokens if source is None else tokens[source]
+    """Scatter ``tokens[source]`` (every token, in order, when ``source`` is None) into pool slots.
+
+    A token moves as one row of the widest integer its bytes divide into: the same bits, with a
+    quarter of the index arithmetic of 2-byte elements (the scatter was the largest part of a long
+    case's input building on the H200, docs/gpu-runs.md).
+    """
+    slot_rows = _token_rows(pool.view(pool.shape[0] * pool.shape[1], -1))     # a view: never a copy
+    token_rows = _token_rows(tokens.reshape(tokens.shape[0], -1))
+    slot_rows[slots] = token_rows if source is None else token_rows[source]
+
+
+def _token_rows(rows: torch.Tensor) -> torch.Tensor:
+    """``(n, width)`` rows, each viewed as integers of the widest size that divides its bytes."""
+    row_bytes = rows.shape[1] * rows.element_size()
+    size = next(s for s in (8, 4, 2, 1) if row_bytes % s == 0)
+    return as_bits(rows).view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[size])
 
 
 def k_scale_for(case: Case, tokens: torch.Tensor) -> float:
@@ -310,6 +323,15 @@ class KVStore:
             q_model=q_model if self.fp8 else None, kv_pool_model=self.pool_model if self.fp8 else None, host=host)
 
 
+def draw_normal(shape: tuple, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """Standard normal draws on ``gen``'s device, rounded to ``dtype`` from float32.  On a GPU they are
+    drawn in ``dtype`` directly: the kernel draws in float32 and rounds as it stores, the same bits
+    without a float32 tensor and its copy (checked bit for bit on the H200, scripts/gpu/draws.py)."""
+    if gen.device.type == "cuda":
+        return torch.randn(shape, generator=gen, device=gen.device, dtype=dtype)
+    return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
+
+
 def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int] | None = None) -> Inputs:
     """Build the inputs of one case: every request's prefix, then (verify) its drafts, written before the call."""
     device = torch.device(device)
@@ -318,8 +340,8 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     gen = torch.Generator(device=device).manual_seed(case.seed)
     b, s_q, h_q, d = case.batch_size, case.s_q, case.heads, case.d_qk
     model_dtype = model_dtype_of(case)
-    q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).to(model_dtype)
-    tokens = torch.randn(sum(cache), case.kv_heads, d, generator=gen, device=device).to(model_dtype)
+    q = draw_normal((b, s_q, h_q, d), gen, model_dtype)
+    tokens = draw_normal((sum(cache), case.kv_heads, d), gen, model_dtype)
     # The engine writes the cached prefix, then (verify) the drafts, before the call; no slot is written
     # twice, so one write of every token leaves the same pool.
     store = KVStore(case, cache, tokens, device, filled=True)

@@ -21,7 +21,7 @@ from .. import oracle
 from ..checks import GRAPH_ADDRESSES, GRAPH_REPLAY_VS_EAGER, GRAPH_VS_ENGINE_EAGER, tensor_check
 from ..compare import check_tensor, describe, describe_failure
 from ..conventions import kernel_view
-from ..inputs import KVStore, cache_seqlens_for, draw_seq_lens, model_dtype_of
+from ..inputs import KVStore, cache_seqlens_for, draw_normal, draw_seq_lens, model_dtype_of
 from ..outcome import Outcome
 from ..phases import phase
 from ..pool import pages_for, validate_block_table
@@ -54,7 +54,7 @@ def run(case, backend, device):
     with phase("inputs"):
         prefix0 = [max(1, n) for n in draw_seq_lens(case)]
         final = [n + GRAPH_STEPS * grow for n in cache_seqlens_for(case, prefix0)]
-        tokens = torch.randn(sum(final), case.kv_heads, case.d_qk, generator=dgen, device=device).to(model_dtype)
+        tokens = draw_normal((sum(final), case.kv_heads, case.d_qk), dgen, model_dtype)
         store = KVStore(case, final, tokens, device)
     layout = store.layout
 
@@ -82,7 +82,7 @@ def run(case, backend, device):
         prefix = [n + step * grow for n in prefix0]
         cache = cache_seqlens_for(case, prefix)
         store.write_up_to(cache[:bs])
-        q_model = torch.randn(bs, s_q, case.heads, case.d_qk, generator=dgen, device=device).to(model_dtype)
+        q_model = draw_normal((bs, s_q, case.heads, case.d_qk), dgen, model_dtype)
         padded_seq = torch.tensor(prefix[:bs] + [session.SEQ_LEN_FILL] * (bucket - bs), dtype=torch.int32,
                                   device=device)
         padded_cache = cache[:bs] + capture_fill[bs:]
