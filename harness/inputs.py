@@ -12,6 +12,7 @@ page 0 and the tail of each last page stay NaN, so any read outside a request's
 tokens poisons its output.
 """
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -323,11 +324,19 @@ class KVStore:
             q_model=q_model if self.fp8 else None, kv_pool_model=self.pool_model if self.fp8 else None, host=host)
 
 
+# Past 2^31 bytes torch draws a tensor in pieces, and where the pieces start depends on the element size
+FLOAT32_DRAW_IN_ONE = (2 ** 31 - 1) // 4
+
+
 def draw_normal(shape: tuple, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    """Standard normal draws on ``gen``'s device, rounded to ``dtype`` from float32.  On a GPU they are
-    drawn in ``dtype`` directly: the kernel draws in float32 and rounds as it stores, the same bits
-    without a float32 tensor and its copy (checked bit for bit on the H200, scripts/gpu/draws.py)."""
-    if gen.device.type == "cuda":
+    """Standard normal draws on ``gen``'s device, rounded to ``dtype`` from float32.
+
+    On a GPU, a draw whose float32 form would be drawn in one piece is drawn in ``dtype`` directly:
+    the kernel draws in float32 and rounds as it stores, so the bits are the same without a float32
+    tensor and its copy (checked bit for bit on the H200, ``scripts/gpu/draws.py``).  A larger one is
+    drawn in float32, as it always was: its pieces would fall elsewhere in ``dtype``, and so its draws.
+    """
+    if gen.device.type == "cuda" and math.prod(shape) <= FLOAT32_DRAW_IN_ONE:
         return torch.randn(shape, generator=gen, device=gen.device, dtype=dtype)
     return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
 

@@ -1,4 +1,5 @@
 """Are normal draws made in bf16/fp16 on a GPU the same bits as float32 draws rounded (``inputs.draw_normal``)?
+Shapes up to the largest float32 draw torch makes in one piece (``inputs.FLOAT32_DRAW_IN_ONE`` elements).
 
 Usage: python scripts/gpu/draws.py  (exit 0: the same for every shape and seed tried, 1: they differ)
 """
@@ -6,7 +7,12 @@ import sys
 
 import torch
 
-SHAPES = [(1,), (3, 5), (1, 1, 1, 576), (64, 4, 128, 576), (262144, 1, 576), (1000, 3, 576), (20, 8, 576)]
+from harness.inputs import FLOAT32_DRAW_IN_ONE
+
+# the last: as large as one piece gets (932,067 tokens of 576, just under 2^31 float32 bytes)
+SHAPES = [(1,), (3, 5), (1, 1, 1, 576), (64, 4, 128, 576), (262144, 1, 576), (1000, 3, 576), (20, 8, 576),
+          (932067, 1, 576)]
+assert 932067 * 576 <= FLOAT32_DRAW_IN_ONE < 932068 * 576
 found = 0
 for dtype in (torch.bfloat16, torch.float16):
     for shape in SHAPES:
