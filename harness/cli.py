@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-from . import commands, isolation
+from . import commands, gpu_memory, isolation
 from .errors import EXIT_BAD_INPUT, InputError
 
 
@@ -39,11 +39,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _spares_wanted(argv: list[str]) -> int:
-    """How many workers ``run`` with crash isolation (the default) will start: they can start before this
-    process imports torch.  0 for any other command, or ``--workers 0``."""
+def _run_options(argv: list[str]) -> dict | None:
+    """``run``'s ``--workers`` and ``--device`` as given, read before argparse (and torch) are loaded;
+    None for any other command, or for help."""
     if not argv or argv[0] != "run" or any(a in ("-h", "--help") for a in argv):
-        return 0
+        return None
     options = {}
     for i, a in enumerate(argv):
         for name in ("--workers", "--device"):
@@ -51,22 +51,35 @@ def _spares_wanted(argv: list[str]) -> int:
                 options[name] = a.split("=", 1)[1]
             elif a == name and i + 1 < len(argv):
                 options[name] = argv[i + 1]
+    options.setdefault("--device", "cuda" if isolation.gpu_present() else "cpu")
+    return options
+
+
+def _spares_wanted(argv: list[str]) -> int:
+    """How many workers ``run`` with crash isolation (the default) will start: they can start before this
+    process imports torch.  0 for any other command, or ``--workers 0``."""
+    options = _run_options(argv)
+    if options is None:
+        return 0
     if "--workers" in options:
         try:
             return max(int(options["--workers"]), 0)
         except ValueError:
             return 0            # the parser reports it
-    device = options.get("--device") or ("cuda" if isolation.gpu_present() else "cpu")
-    return isolation.default_workers(device)
+    return isolation.default_workers(options["--device"])
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     spares = _spares_wanted(argv)
+    memory_at_start = None
+    if spares and _run_options(argv)["--device"] == "cuda":
+        memory_at_start = gpu_memory.free_memory()     # before any spare can make a CUDA context
     if spares:
-        isolation.start_spares(spares)
+        isolation.start_spares(spares, warm=memory_at_start is not None)
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
+        args.memory_at_start = memory_at_start
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)

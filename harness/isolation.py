@@ -37,11 +37,16 @@ def _context_lost(device):
     return lost
 
 
-def serve(conn, progress):
-    """A worker's life: its imports, then told what to load (or None: not needed after all), then
-    chunk after chunk."""
+def serve(conn, progress, warm=False):
+    """A worker's life: its imports (and with ``warm`` its CUDA context), then told what to load (or None:
+    not needed after all), then chunk after chunk."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     import torch  # the slow imports, made while the parent (which started a spare early) makes its own
+    if warm:      # free memory was measured before this process started (gpu_memory)
+        try:
+            _warm_up("cuda")
+        except Exception:       # no usable GPU after all: the job says which device, and warms up for it
+            pass
 
     from .backend_loader import load_backend
     from .chunk import ContextLost
@@ -110,12 +115,12 @@ class _Spare:
 _spares: list[_Spare] = []
 
 
-def spawn() -> _Spare:
-    """A new worker process, not yet told what to run."""
+def spawn(warm: bool = False) -> _Spare:
+    """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once."""
     ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
     conn, child_conn = ctx.Pipe()
     progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
-    proc = ctx.Process(target=serve, args=(child_conn, progress), daemon=True)
+    proc = ctx.Process(target=serve, args=(child_conn, progress, warm), daemon=True)
     proc.start()
     child_conn.close()
     return _Spare(proc, conn, progress)
@@ -144,10 +149,11 @@ def gpu_present() -> bool:
         return False
 
 
-def start_spares(count: int):
-    """Have ``count`` spare workers waiting, starting those missing now."""
+def start_spares(count: int, warm: bool = False):
+    """Have ``count`` spare workers waiting, starting those missing now.  ``warm``: free memory has been
+    measured already, so they make their CUDA contexts as soon as torch is imported."""
     alive = sum(spare.proc.is_alive() for spare in _spares)
-    _spares.extend(spawn() for _ in range(count - alive))
+    _spares.extend(spawn(warm) for _ in range(count - alive))
 
 
 def worker_job(backend_spec, device, run_chunk) -> tuple:
@@ -165,7 +171,7 @@ def worker_job(backend_spec, device, run_chunk) -> tuple:
 
 def load_in_spare(job: tuple, count: int):
     """Tell up to ``count`` waiting spares what to load (``worker_job``), ahead of their use.  Spares not
-    told stay without a device context and are stopped at exit."""
+    told are stopped at exit (without a device context, unless they made one at start, ``start_spares``)."""
     for spare in _spares:
         if count > 0 and spare.job is None and spare.proc.is_alive():
             spare.conn.send(job)

@@ -8,11 +8,12 @@ And a crash on an illegal memory access names the command that shows the stray a
 
 import dataclasses
 import io
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from harness import cli, isolation, phases
+from harness import cli, gpu_memory, isolation, phases
 from harness.cases import Case
 from harness.inputs import generate, host_copy, write_slots
 from harness.pool import allocate
@@ -122,6 +123,85 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
 def test_spare_workers_are_started_for_the_workers_a_run_will_want(argv, gpu, wanted, monkeypatch):
     monkeypatch.setattr(isolation, "gpu_present", lambda: gpu)
     assert cli._spares_wanted(argv) == wanted
+
+
+@pytest.mark.parametrize("argv, free, measured, warm", [
+    (["run", "--suite", "smoke", "--device", "cuda"], (8 << 30, "8.0 GiB free (NVML)", 0.01), True, True),
+    (["run", "--suite", "smoke", "--device", "cuda"], None, True, False),       # NVML cannot say: torch measures
+    (["run", "--suite", "smoke", "--device", "cpu"], (8 << 30, "unused", 0.01), False, False),
+    (["run", "--suite", "smoke", "--device", "cuda", "--workers", "0"], (8 << 30, "unused", 0.01), False, None),
+])
+def test_free_memory_is_asked_of_nvml_before_spares_that_warm_up_at_once(argv, free, measured, warm, monkeypatch):
+    """Where NVML measured the GPU before any spare started, the spares make their CUDA contexts at once
+    and the run is handed the measure; anywhere else they wait to be told, as before."""
+    asked, started, handed = [], [], []
+    monkeypatch.setattr(gpu_memory, "free_memory", lambda: asked.append(1) or free)
+    monkeypatch.setattr(isolation, "start_spares", lambda count, warm=False: started.append(warm))
+    args = SimpleNamespace(func=lambda args: handed.append(args.memory_at_start) or 0)
+    monkeypatch.setattr(cli, "build_parser", lambda only: SimpleNamespace(parse_args=lambda argv: args))
+    assert cli.main(argv) == 0
+    assert bool(asked) == measured and started == ([] if warm is None else [warm])
+    assert handed == [free if measured else None]
+
+
+class _FakeNvml:
+    """libnvidia-ml as ctypes sees it: each call fills what its pointers point to and returns 0 (success)."""
+
+    def __init__(self, count=1, mig=0):
+        self.count, self.mig, self.shut = count, mig, False
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlShutdown(self):
+        self.shut = True
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = self.count
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        return 0
+
+    def nvmlDeviceGetMigMode(self, handle, current, pending):
+        current._obj.value = self.mig
+        return 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle, memory):
+        memory._obj.total, memory._obj.free = 141 << 30, 140 << 30
+        return 0
+
+    def nvmlDeviceGetName(self, handle, name, size):
+        name.value = b"NVIDIA H200"
+        return 0
+
+
+@pytest.mark.parametrize("count, mig, visible, answers", [
+    (1, 0, None, True), (1, 0, "0", True), (2, 0, None, False), (1, 1, None, False), (1, 0, "1", False),
+    (1, 0, "GPU-5d2c", False),
+])
+def test_nvml_is_asked_only_where_the_gpu_the_run_uses_is_plain(count, mig, visible, answers, monkeypatch):
+    nvml = _FakeNvml(count, mig)
+    monkeypatch.setattr(gpu_memory.ctypes, "CDLL", lambda name: nvml)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    got = gpu_memory.free_memory()
+    if not answers:
+        assert got is None
+        return
+    assert got[0] == 140 << 30 and got[1] == "140.0 GiB free of 141.0 GiB on NVIDIA H200 before the run (NVML)"
+    assert got[2] >= 0 and nvml.shut
+
+
+def test_without_nvml_the_run_measures_with_torch(monkeypatch):
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(gpu_memory.ctypes, "CDLL", missing)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_memory.free_memory() is None
 
 
 def test_gpu_workers_are_one_per_four_cores_at_most_four(monkeypatch):

@@ -99,10 +99,15 @@ def main(args) -> int:
     memory, measuring_s = None, 0.0
     if args.workers:
         # the spares (cli) load the first backend and make their CUDA context while this process prepares
-        # the run; free memory is measured first, so it never depends on how far they got
-        t0 = time.perf_counter()
-        memory = resources.available_bytes(device)
-        measuring_s = time.perf_counter() - t0
+        # the run.  Free memory is measured first, so it never depends on how far they got: by the cli
+        # before the spares started, where NVML can say (gpu_memory), else here, before they are told
+        at_start = getattr(args, "memory_at_start", None) if device == "cuda" else None
+        if at_start is not None:
+            *memory, measuring_s = at_start
+        else:
+            t0 = time.perf_counter()
+            memory = resources.available_bytes(device)
+            measuring_s = time.perf_counter() - t0
         isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers)
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     if args.junit_xml:
