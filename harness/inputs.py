@@ -199,8 +199,8 @@ def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, sour
     quarter of the index arithmetic of 2-byte elements (the scatter was the largest part of a long
     case's input building on the H200, docs/gpu-runs.md).
     """
-    slot_rows = _token_rows(pool.view(pool.shape[0] * pool.shape[1], -1))     # a view: never a copy
-    token_rows = _token_rows(tokens.reshape(tokens.shape[0], -1))
+    slot_rows = _token_rows(pool.view(pool.shape[0] * pool.shape[1], math.prod(pool.shape[2:])))   # never a copy
+    token_rows = _token_rows(tokens.flatten(1))
     slot_rows[slots] = token_rows if source is None else token_rows[source]
 
 

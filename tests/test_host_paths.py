@@ -246,3 +246,28 @@ def test_a_store_filled_in_one_copy_matches_the_engines_writes_one_step_at_a_tim
     for name in ("block_table", "cache_seqlens", "seq_lens", "q"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert a.host.describes(a) and torch.equal(a.host.seq_lens, b.seq_lens)
+
+
+def test_a_case_whose_requests_are_all_empty_builds_an_all_poison_pool():
+    """No token to write (every request has length 0): the scatter moves nothing and the pool stays NaN."""
+    from harness.cases import load_suite
+    empty = [c for c in load_suite("edge").cases if c.group == "all-empty"]
+    assert empty
+    for case in empty:
+        inputs = generate(case, "cpu")
+        assert int(inputs.cache_seqlens.sum()) == 0 and bool(inputs.kv_pool.float().isnan().all())
+
+
+def test_the_wide_scatter_writes_the_same_bits_as_a_token_by_token_one():
+    from harness.inputs import write_kv
+    gen = torch.Generator().manual_seed(3)
+    for dtype, h_kv, d in ((torch.bfloat16, 1, 576), (torch.float8_e4m3fn, 3, 40), (torch.float16, 2, 7)):
+        pool = torch.full((6, 4, h_kv, d), float("nan")).to(dtype)
+        tokens = torch.randn(9, h_kv, d, generator=gen).to(dtype)
+        slots = torch.randperm(24, generator=gen)[:9].to(torch.int32)
+        source = torch.randperm(9, generator=gen)
+        expected = pool.clone().view(-1, h_kv, d)
+        for i in range(9):
+            expected[int(slots[i])] = tokens[int(source[i])]
+        write_kv(pool, tokens, slots, source)
+        assert torch.equal(pool.view(-1, h_kv, d).view(torch.uint8), expected.view(torch.uint8))
