@@ -234,10 +234,10 @@ class Worker:
         self.ready = False
         self.holds = 0              # the estimated bytes of the chunk in flight
 
-    def send(self, chunk, holds: int, release: bool):
+    def send(self, chunk, holds: int, shared: bool):
         self.progress.value = -1
         self.chunk, self.seen, self.deadline, self.holds = chunk, -1, None, holds
-        self.conn.send((chunk, release))
+        self.conn.send((chunk, shared and holds > MemoryGate.RELEASE_BYTES))
 
     def watch(self, timeout_s: float, now: float):
         """Restart the deadline whenever the worker moves on to another case."""
@@ -289,12 +289,12 @@ class MemoryGate:
     """Admits a chunk to a worker only while the chunks in flight fit the device together.
 
     ``cost(chunk)`` estimates a chunk's peak bytes; ``budget`` is what all workers may hold at once.
-    A chunk that fits nothing runs alone (its cases' fit was checked before the run).
-
-    A worker's allocator keeps the memory of its largest chunk so far.  Where every worker's largest
-    chunk fits the budget at once, or one worker runs alone, that is harmless and saves allocating
-    again (on the H200 emptying the cache after each large chunk cost the upstream matrix 5-10%,
-    docs/gpu-runs.md).  Elsewhere a worker that ran a chunk over ``RELEASE_BYTES`` empties its cache.
+    A chunk that fits nothing runs alone (its cases' fit was checked before the run).  When several
+    workers share the device, one that ran a chunk over ``RELEASE_BYTES`` empties its allocator's
+    cache afterwards; a lone worker keeps it (nobody else needs it, and re-allocating costs time).
+    The budget counts only chunks in flight, so a cache kept past a large chunk would be memory it
+    does not see: on the H200, workers that kept theirs (where every worker's largest estimated
+    chunk fit the budget at once) ran out of memory in the scale suite (docs/gpu-runs.md).
     """
 
     RELEASE_BYTES = 1 << 30
@@ -302,12 +302,6 @@ class MemoryGate:
 
     def __init__(self, cost=None, budget: int = 0):
         self.cost, self.budget = cost, budget
-
-    def releases(self, chunk, chunks: list, workers: int) -> bool:
-        """Whether the worker that runs ``chunk`` hands its memory back afterwards (see above)."""
-        if self.cost is None or workers < 2 or self.cost(chunk) <= self.RELEASE_BYTES:
-            return False
-        return workers * max(self.cost(c) for c in chunks) > self.budget
 
     def pick(self, todo: list, in_flight: int) -> int | None:
         """The index in ``todo`` of the next chunk to start, or None to wait for memory."""
@@ -329,7 +323,6 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     """
     memory = memory or MemoryGate()
     todo = [list(c) for c in chunks if c]
-    every_chunk = list(todo)
     job = worker_job(backend_spec, device, run_chunk)
 
     def start_worker():
@@ -352,8 +345,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     i = memory.pick(todo, sum(other.holds for other in pool if other.chunk is not None))
                     if i is not None:
                         chunk = todo.pop(i)
-                        w.send(chunk, memory.cost(chunk) if memory.cost else 0,
-                               release=memory.releases(chunk, every_chunk, workers))
+                        w.send(chunk, memory.cost(chunk) if memory.cost else 0, shared=workers > 1)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
