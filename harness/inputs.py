@@ -207,8 +207,7 @@ def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, sour
 def _token_rows(rows: torch.Tensor) -> torch.Tensor:
     """``(n, width)`` rows, each viewed as integers of the widest size that divides its bytes."""
     row_bytes = rows.shape[1] * rows.element_size()
-    size = next(s for s in (8, 4, 2, 1) if row_bytes % s == 0)
-    return as_bits(rows).view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[size])
+    return as_bits(rows, next(size for size in (8, 4, 2, 1) if row_bytes % size == 0))
 
 
 def k_scale_for(case: Case, tokens: torch.Tensor) -> float:

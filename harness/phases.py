@@ -47,7 +47,7 @@ class PhaseClock:
     def __init__(self, settles: bool = True):
         self.settles = settles    # wait for the device around the kernel (``settle``): a case run alone
         self.ms: dict[str, float] = {}
-        self._pending = []        # (name, start event, end event, host ms): read by ``read``
+        self._pending = []        # (name, start mark, end mark): read by ``read``
         self._token = None
         self.stream = None        # the CUDA stream events are recorded on, looked up once
 
@@ -62,48 +62,54 @@ class PhaseClock:
         self.ms[name] = self.ms.get(name, 0.0) + ms
 
     def mark(self) -> "_Mark":
-        return _Mark.now(self)
+        import torch
+        if self.stream is None and torch.cuda.is_initialized():
+            try:
+                self.stream = torch.cuda.current_stream()
+            except Exception:     # a context lost to a sticky error: host time only
+                pass
+        return _Mark.now(self.stream)
 
     def close(self, name: str, start: "_Mark"):
-        end = self.mark()
-        host_ms = (end.seconds - start.seconds) * 1e3
-        if start.event is not None and end.event is not None:
-            self._pending.append((name, start.event, end.event, host_ms))
-        else:
-            self.add(name, host_ms)
+        self._pending.append((name, start, self.mark()))
 
     def read(self) -> dict:
         """Every phase's milliseconds, once the device has finished them (host time for a phase whose
         events cannot be read: a context lost to a sticky CUDA error)."""
-        for name, start, end, host_ms in self._pending:
-            try:
-                end.synchronize()
-                self.add(name, start.elapsed_time(end))
-            except Exception:
-                self.add(name, host_ms)
+        for name, start, end in self._pending:
+            self.add(name, end.ms_since(start))
         self._pending.clear()
         return dict(self.ms)
 
 
 class _Mark:
-    """A point in time: on the host, and as a CUDA event on the current stream when CUDA is in use."""
+    """A point in time: on the host, and as a CUDA event on ``stream`` when one is given."""
 
     def __init__(self, seconds: float, event):
         self.seconds, self.event = seconds, event
 
     @classmethod
-    def now(cls, clock: PhaseClock) -> "_Mark":
+    def now(cls, stream=None) -> "_Mark":
         import torch
         event = None
-        if torch.cuda.is_initialized():
+        if stream is not None:
             try:
-                if clock.stream is None:
-                    clock.stream = torch.cuda.current_stream()
                 event = torch.cuda.Event(enable_timing=True)
-                event.record(clock.stream)
+                event.record(stream)
             except Exception:     # a context lost to a sticky error: host time only
                 event = None
         return cls(time.perf_counter(), event)
+
+    def ms_since(self, start: "_Mark") -> float:
+        """Milliseconds from ``start`` to here: on the device's timeline once it has got here, where both
+        have events that can be read; host time otherwise."""
+        if start.event is not None and self.event is not None:
+            try:
+                self.event.synchronize()
+                return start.event.elapsed_time(self.event)
+            except Exception:
+                pass
+        return (self.seconds - start.seconds) * 1e3
 
 
 _CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=None)
@@ -125,26 +131,16 @@ class KernelTime:
 
     def __init__(self, device):
         import torch
-        self._events = None
-        if torch.device(device).type == "cuda":
-            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            self._events[0].record()
-        self._host = [time.perf_counter()]
+        self._stream = torch.cuda.current_stream() if torch.device(device).type == "cuda" else None
+        self._start = _Mark.now(self._stream)
+        self._end = self._start
 
     def stop(self) -> "KernelTime":
-        if self._events is not None:
-            self._events[1].record()
-        self._host.append(time.perf_counter())
+        self._end = _Mark.now(self._stream)
         return self
 
     def __float__(self) -> float:
-        if self._events is not None:
-            try:
-                self._events[1].synchronize()
-                return self._events[0].elapsed_time(self._events[1])
-            except Exception:
-                pass
-        return (self._host[-1] - self._host[0]) * 1e3
+        return self._end.ms_since(self._start)
 
 
 @contextmanager

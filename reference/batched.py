@@ -62,9 +62,10 @@ def read_as(x: torch.Tensor, descale, dtype) -> torch.Tensor:
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def as_bits(t: torch.Tensor) -> torch.Tensor:
-    """A view of ``t``'s bits as integers of the same size: filled or masked through it, no float copy."""
-    return t.view(_SAME_SIZE_INT[t.element_size()])
+def as_bits(t: torch.Tensor, size: int | None = None) -> torch.Tensor:
+    """A view of ``t``'s bits as integers of ``size`` bytes (default: its element size): filled, masked or
+    moved through it, no float copy.  Another size needs its last dimension's bytes to divide by it."""
+    return t.view(_SAME_SIZE_INT[size or t.element_size()])
 
 
 def _round_up(n: int, m: int) -> int:
