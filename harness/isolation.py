@@ -26,6 +26,8 @@ from .checks import CRASH
 from .errors import InputError
 from .status import Status
 
+EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your allocator's kept memory back
+
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
 
@@ -68,16 +70,22 @@ def serve(conn, progress, warm=False):
     def on_start(i):
         progress.value = i
 
+    def cached() -> int:
+        """What this worker's allocator holds now, in use or kept for reuse (no wait for the device)."""
+        return torch.cuda.memory_reserved() if device == "cuda" else 0
+
     while True:
         job = conn.recv()
         if job is None:
             return
-        cases, release_memory = job
+        if job == EMPTY_CACHE:          # the parent needs this worker's kept memory for another's chunk
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            conn.send(("cache", cached()))
+            continue
         try:
-            rows = run_chunk(cases, backend, backend_spec, device, on_start=on_start,
+            rows = run_chunk(job, backend, backend_spec, device, on_start=on_start,
                              context_lost=_context_lost(device))
-            if release_memory and device == "cuda":
-                torch.cuda.empty_cache()      # hand a large chunk's memory back for the other workers
         except InputError as e:
             conn.send(("bad_input", str(e)))
             return
@@ -87,7 +95,7 @@ def serve(conn, progress, warm=False):
                  "failed_checks": [CRASH]}
             conn.send(("lost", (lost.index, row)))
             return
-        conn.send(("rows", rows))
+        conn.send(("rows", (rows, cached())))
 
 
 def _warm_up(device):
@@ -233,11 +241,30 @@ class Worker:
         self.deadline = time.monotonic() + startup_timeout_s
         self.ready = False
         self.holds = 0              # the estimated bytes of the chunk in flight
+        self.cache = 0              # the bytes its allocator held after its last chunk, as it reported
+        self.emptying = False       # told to empty its cache, reply not yet in
+        self.emptied = True         # has run nothing since it last emptied its cache
 
-    def send(self, chunk, holds: int, shared: bool):
+    def send(self, chunk, holds: int):
         self.progress.value = -1
         self.chunk, self.seen, self.deadline, self.holds = chunk, -1, None, holds
-        self.conn.send((chunk, shared and holds > MemoryGate.RELEASE_BYTES))
+        self.emptied = False
+        self.conn.send(chunk)
+
+    def idle(self) -> bool:
+        return self.ready and self.chunk is None and not self.emptying
+
+    def footprint(self) -> int:
+        """The device memory this worker may hold now.  A chunk in flight is counted beside the kept
+        cache, not inside it: its blocks may be of other sizes than the cached ones."""
+        return self.holds + self.cache
+
+    def empty_cache(self):
+        self.emptying = True
+        self.conn.send(EMPTY_CACHE)
+
+    def cache_emptied(self, cache: int):
+        self.cache, self.emptying, self.emptied = cache, False, True
 
     def watch(self, timeout_s: float, now: float):
         """Restart the deadline whenever the worker moves on to another case."""
@@ -286,31 +313,56 @@ def _death_reason(proc) -> str:
 
 
 class MemoryGate:
-    """Admits a chunk to a worker only while the chunks in flight fit the device together.
+    """Admits a chunk to a worker only while every worker's memory fits the device together.
 
     ``cost(chunk)`` estimates a chunk's peak bytes; ``budget`` is what all workers may hold at once.
-    A chunk that fits nothing runs alone (its cases' fit was checked before the run).  When several
-    workers share the device, one that ran a chunk over ``RELEASE_BYTES`` empties its allocator's
-    cache afterwards; a lone worker keeps it (nobody else needs it, and re-allocating costs time).
-    The budget counts only chunks in flight, so a cache kept past a large chunk would be memory it
-    does not see: on the H200, workers that kept theirs (where every worker's largest estimated
-    chunk fit the budget at once) ran out of memory in the scale suite (docs/gpu-runs.md).
+    A worker's allocator keeps what its chunks allocated, to reuse without allocating again (emptying
+    it after each large chunk cost the upstream matrix 5-10% on the H200, docs/gpu-runs.md).  So a
+    worker holds its chunk in flight and the cache it reported after its last chunk, and a chunk is
+    admitted only beside everything every worker holds: counting only the chunks in flight, workers
+    that kept their caches ran out of memory in the scale suite with SGLang's kernels.  When no chunk
+    fits, the idle workers are told to empty their caches (``hand_out``).  A chunk that fits nothing
+    runs alone (its cases' fit was checked before the run).
     """
 
-    RELEASE_BYTES = 1 << 30
     LOOKAHEAD = 64            # chunks scanned for one that fits, past a large one that must wait
 
     def __init__(self, cost=None, budget: int = 0):
         self.cost, self.budget = cost, budget
 
-    def pick(self, todo: list, in_flight: int) -> int | None:
-        """The index in ``todo`` of the next chunk to start, or None to wait for memory."""
-        if self.cost is None or not in_flight:
+    def pick(self, todo: list, others: int, own_cache: int = 0, alone: bool = False) -> int | None:
+        """The index in ``todo`` of the next chunk to start in a worker whose allocator keeps
+        ``own_cache`` bytes while the other workers hold ``others`` (``Worker.footprint``); or None to
+        wait for memory.
+        ``alone``: nothing else runs or keeps memory that could be handed back."""
+        if self.cost is None or alone:
             return 0
         for i, chunk in enumerate(todo[:self.LOOKAHEAD]):
-            if in_flight + self.cost(chunk) <= self.budget:
+            if others + own_cache + self.cost(chunk) <= self.budget:
                 return i
         return None
+
+
+def hand_out(todo: list, pool: list, memory: MemoryGate):
+    """Give each idle worker in ``pool`` its next chunk from ``todo`` where memory allows; with none
+    left, retire it.  Where no chunk fits, the idle workers that kept a cache are told to empty it."""
+    for w in list(pool):
+        if not w.idle():
+            continue
+        if not todo:
+            w.retire()
+            pool.remove(w)
+            continue
+        others = [o for o in pool if o is not w]
+        alone = not any(o.chunk is not None or o.emptying or not o.emptied for o in others)
+        i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone)
+        if i is not None:
+            chunk = todo.pop(i)
+            w.send(chunk, memory.cost(chunk) if memory.cost else 0)
+            continue
+        for o in pool:
+            if o.idle() and not o.emptied:
+                o.empty_cache()
 
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
@@ -336,16 +388,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     pool = [start_worker() for _ in range(min(workers, len(todo)))]
     try:
         while pool:
-            for w in list(pool):
-                if w.ready and w.chunk is None:
-                    if not todo:
-                        w.retire()
-                        pool.remove(w)
-                        continue
-                    i = memory.pick(todo, sum(other.holds for other in pool if other.chunk is not None))
-                    if i is not None:
-                        chunk = todo.pop(i)
-                        w.send(chunk, memory.cost(chunk) if memory.cost else 0, shared=workers > 1)
+            hand_out(todo, pool, memory)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
@@ -361,9 +404,12 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     if kind == "ready":
                         w.ready, w.deadline = True, None
                     elif kind == "rows":
-                        for row in payload:
+                        rows, w.cache = payload
+                        for row in rows:
                             on_row(row)
                         w.chunk, w.holds, w.deadline = None, 0, None
+                    elif kind == "cache":
+                        w.cache_emptied(payload)
                     elif kind == "lost":    # a sticky CUDA error: that case crashed (if known), the rest run again
                         index, row = payload
                         if index is not None:

@@ -207,3 +207,29 @@ def test_settle_waits_only_where_the_case_waits(monkeypatch):
     assert len(waits) == 2
     kernel_time = phases.KernelTime("cpu").stop()
     assert 0.0 <= float(kernel_time) < 1e3
+
+
+def test_a_worker_reports_its_cache_with_its_rows_and_empties_it_when_told():
+    """The worker's side of the memory gate, run in this process: rows come with the bytes the
+    allocator kept, and a request to empty the cache gets what is left (nothing on a CPU)."""
+    import multiprocessing as mp
+    import signal
+    from types import SimpleNamespace
+
+    from harness import isolation
+    from harness.cases import load_suite
+    from harness.chunk import run_chunk
+    cases = load_suite("smoke").cases[:1]
+    parent, child = mp.Pipe()
+    for message in (isolation.worker_job("torch", "cpu", run_chunk), cases, isolation.EMPTY_CACHE, None):
+        parent.send(message)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        isolation.serve(child, SimpleNamespace(value=-1))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert parent.recv() == ("ready", None)
+    kind, (rows, cache) = parent.recv()
+    assert kind == "rows" and [r["case_id"] for r in rows] == [cases[0].id] and cache == 0
+    assert parent.recv() == ("cache", 0)
+    assert not parent.poll()

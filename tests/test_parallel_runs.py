@@ -83,13 +83,67 @@ def test_rows_do_not_depend_on_chunks_workers_or_order(tmp_path, spec, seed, one
         assert chunked[case_id] == row, case_id
 
 
-def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_those_in_flight():
+def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_what_others_hold():
     from harness.isolation import MemoryGate
     gate = MemoryGate(cost=lambda case: case, budget=10)
-    assert gate.pick([9, 1], in_flight=0) == 0          # alone, anything starts (its own fit was prechecked)
-    assert gate.pick([9, 1], in_flight=2) == 1          # 9 waits; the small one behind it goes
-    assert gate.pick([9, 12], in_flight=2) is None      # nothing fits: wait for a worker to finish
-    assert MemoryGate().pick([9], in_flight=5) == 0     # no gate: first come
+    assert gate.pick([9, 1], others=2, alone=True) == 0      # alone, anything starts (its own fit was prechecked)
+    assert gate.pick([9, 1], others=2) == 1                  # 9 waits; the small one behind it goes
+    assert gate.pick([9, 12], others=2) is None              # nothing fits: wait for memory
+    assert gate.pick([2], others=2, own_cache=7) is None     # its own kept cache counts beside the chunk
+    assert gate.pick([1], others=2, own_cache=7) == 0
+    assert MemoryGate().pick([9], others=5) == 0             # no gate: first come
+
+
+class FakeWorker:
+    """A worker as ``hand_out`` sees it, with what it was told."""
+
+    def __init__(self, cache=0, chunk=None, holds=0, emptied=False):
+        self.ready, self.emptying, self.told = True, False, []
+        self.cache, self.chunk, self.holds, self.emptied = cache, chunk, holds, emptied
+
+    idle = lambda self: self.ready and self.chunk is None and not self.emptying   # noqa: E731
+    footprint = lambda self: self.holds + self.cache                                # noqa: E731
+
+    def send(self, chunk, holds):
+        self.told.append(chunk)
+        self.chunk, self.holds, self.emptied = chunk, holds, False
+
+    def empty_cache(self):
+        self.told.append("empty")
+        self.emptying = True
+
+    def retire(self):
+        self.told.append("retire")
+
+
+def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
+    from harness.isolation import MemoryGate, hand_out
+    gate = MemoryGate(cost=sum, budget=10)
+    # room for both: each worker keeps its cache
+    busy, idle = FakeWorker(cache=1, chunk=[3], holds=3), FakeWorker(cache=2)
+    hand_out([[4]], [busy, idle], gate)
+    assert idle.told == [[4]] and busy.told == []
+    # no room beside another's kept cache: the idle caches go back, the chunk waits
+    keeper, taker = FakeWorker(cache=6), FakeWorker(cache=1)
+    todo = [[7]]
+    hand_out(todo, [taker, keeper], gate)
+    assert keeper.told == ["empty"] and taker.told == ["empty"] and todo == [[7]]
+    keeper.emptying = taker.emptying = False
+    keeper.cache, keeper.emptied, taker.emptied = 1, True, True
+    hand_out(todo, [taker, keeper], gate)          # now it fits
+    assert taker.told == ["empty", [7]] and keeper.told == ["empty", "retire"] and todo == []
+    # a chunk that fits nothing waits for the others' caches, then runs alone
+    big, other = FakeWorker(emptied=True), FakeWorker(cache=3)
+    hand_out([[12]], [big, other], gate)
+    assert other.told == ["empty"] and big.told == []
+    other.emptying, other.emptied = False, True
+    todo = [[12]]
+    hand_out(todo, [big, other], gate)
+    assert [12] in big.told + other.told and todo == []
+    # nothing left to do: idle workers retire
+    pool = [FakeWorker(), FakeWorker(chunk=[1])]
+    hand_out([], pool, gate)
+    assert len(pool) == 1 and pool[0].chunk == [1]
 
 
 def test_rows_say_where_the_time_went(tmp_path):
