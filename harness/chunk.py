@@ -58,12 +58,14 @@ def shape_order(case: Case) -> tuple:
             case.s_q, case.batch_size)
 
 
-def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES["cuda"]) -> list[list[Case]]:
+def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK_BYTES["cuda"],
+         cost=resources.chunk_bytes) -> list[list[Case]]:
     """Cases sorted by shape (``shape_order``; otherwise in their order), then grouped while they are few
-    and small enough to wait together; a large case alone.  Rows are written in this order."""
+    and small enough (``cost``, estimated bytes) to wait together; a large case alone.  Rows are written
+    in this order."""
     chunks, current = [], []
     for case in sorted(cases, key=shape_order):
-        if current and (len(current) >= max_cases or resources.chunk_bytes(current + [case]) > max_bytes):
+        if current and (len(current) >= max_cases or cost(current + [case]) > max_bytes):
             chunks.append(current)
             current = []
         current.append(case)

@@ -96,22 +96,35 @@ def pages_in_use(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     return used, renumbered.to(torch.int32)
 
 
+def view_width(case, capabilities) -> int:
+    """The dims of the widened keys the oracle reads for this case and kernel (the verify view of
+    ``cast_in_kernel``: ``[value (d_v) | k8 * k_scale (d_qk) | k_model (d_qk)]``), or 0: none."""
+    widens = (case.mode == "verify" and case.dtype.startswith("fp8")
+              and getattr(capabilities, "fp8_q", None) == "cast_in_kernel")
+    return case.d_v + 2 * case.d_qk if widens else 0
+
+
 def _extend_view(inputs: Inputs) -> Inputs:
-    d_v = inputs.d_v
+    d_v, d = inputs.d_v, inputs.q.shape[-1]
     k_scale = float(inputs.descale_k.reshape(-1)[0])
     q = inputs.q_model
     view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
                         q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)
     used, table = pages_in_use(inputs)
     page_size = inputs.page_size
-    flat = lambda t: t[used].reshape(len(used) * page_size, *t.shape[2:]).double()   # noqa: E731  (k8 * k_scale exact)
-    deq = flat(inputs.kv_pool) * k_scale          # NaN poison stays NaN
-    model = flat(inputs.kv_pool_model)
-    zero = torch.zeros_like(deq)
-    prefix_key = torch.cat([deq[..., :d_v], deq, zero], dim=-1)
-    draft_key = torch.cat([model[..., :d_v], zero, model], dim=-1)
     slots = (used[:, None] * page_size + torch.arange(page_size, device=used.device)).reshape(-1)
     is_draft = draft_slot_mask(inputs)[slots][:, None, None]
-    pool = torch.where(is_draft, draft_key, prefix_key).reshape(len(used), page_size, *draft_key.shape[1:])
+    flat = lambda t: t[used].reshape(len(used) * page_size, *t.shape[2:])   # noqa: E731
+    # Filled in place, one float64 tensor: a serving-scale verify widens millions of tokens, and building
+    # the prefix and draft keys whole and choosing between them took 3.6x this (54 KB a token).
+    pool = torch.empty(len(slots), inputs.kv_pool.shape[2], d_v + 2 * d, dtype=torch.float64,
+                       device=inputs.kv_pool.device)
+    scaled, model = pool[..., d_v:d_v + d], pool[..., d_v + d:]
+    scaled.copy_(flat(inputs.kv_pool)).mul_(k_scale)            # k8 * k_scale, exact; NaN poison stays NaN
+    model.copy_(flat(inputs.kv_pool_model))
+    pool[..., :d_v] = torch.where(is_draft, model[..., :d_v], scaled[..., :d_v])   # the value as read
+    scaled.masked_fill_(is_draft, 0.0)
+    model.masked_fill_(~is_draft, 0.0)
+    pool = pool.reshape(len(used), page_size, *pool.shape[1:])
     return dataclasses.replace(inputs, q=view_q, kv_pool=pool, block_table=table, descale_q=None, descale_k=None,
                                kv_pool_model=inputs.kv_pool_model[used])     # the same pages, renumbered

@@ -15,6 +15,7 @@ from functools import cache
 import torch
 
 from .cases import Case
+from .conventions import view_width
 from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
 from .pool import pages_for
 
@@ -33,13 +34,14 @@ def _size(dtype_name: str) -> int:
     return torch.empty((), dtype=TORCH_DTYPES[dtype_name]).element_size()
 
 
-def estimated_bytes(case: Case) -> dict[str, int]:
-    """Peak bytes by part, and their ``total``: pools + the larger of input building and checking."""
-    return dict(_estimate(case))
+def estimated_bytes(case: Case, capabilities=None) -> dict[str, int]:
+    """Peak bytes by part, and their ``total``: pools + the larger of input building and checking.
+    ``capabilities``: the backend's, where its kernel view widens the oracle's keys (``conventions``)."""
+    return dict(_estimate(case, view_width(case, capabilities)))
 
 
 @cache      # asked for every case by the size check, the chunk plan and the memory gate
-def _estimate(case: Case) -> dict[str, int]:
+def _estimate(case: Case, widened: int = 0) -> dict[str, int]:
     cache = cache_seqlens_for(case, draw_seq_lens(case))
     P, h_kv, d = case.page_size, case.kv_heads, case.d_qk
     b, s_q, h_q = case.batch_size, case.s_q, case.heads
@@ -54,21 +56,24 @@ def _estimate(case: Case) -> dict[str, int]:
     longest = max(cache, default=0)
 
     parts = {"pools": num_pages * P * token * (model + (1 if fp8 else 0))}
+    # a widened view: the pages in use as float64 keys of ``widened`` dims, and their model-precision copy
+    parts["view"] = used * P * (h_kv * widened * 8 + token * model) if widened else 0
+    key = h_kv * widened or token                        # what the oracle reads per token
     # generate(): float32 draws, their model-dtype copy, for fp8 the scaled float32 and the fp8 copy
     parts["inputs"] = total_tokens * token * (4 + model + (4 + 1 if fp8 else 0))
     # req_to_token, and about six int64 per-token index tensors (allocate, validate, write_kv)
     parts["layout"] = (b + 2) * max(need, default=1) * P * 4 + total_tokens * 8 * 6
     # the oracle's chunk: float64 keys and scores, one temporary of either size
-    chunk = min(ORACLE_MAX_ELEMENTS, b * max(longest, 1) * max(s_q * h_q, token))
+    chunk = min(ORACLE_MAX_ELEMENTS, b * max(longest, 1) * max(s_q * h_q, key))
     oracle = chunk * 8 * 3
     kernel = b * min(longest, TORCH_BACKEND_KEYS) * token * 4 * 3
     # outputs: kernel's, the oracle's float64 (twice for fp8), the comparison's temporaries
     outputs = b * s_q * h_q * case.d_v * 8 * (4 if fp8 else 3)
     parts["checking"] = oracle + kernel + outputs
-    parts["total"] = parts["pools"] + parts["layout"] + max(parts["inputs"], parts["checking"])
-    # in a chunk, a case's pools, layout and outputs wait for the chunk's comparison; the rest is gone
-    # by the time the next case starts
-    parts["held"] = parts["pools"] + parts["layout"] + outputs
+    parts["total"] = parts["pools"] + parts["layout"] + parts["view"] + max(parts["inputs"], parts["checking"])
+    # in a chunk, a case's pools, layout, view and outputs wait for the chunk's comparison; the rest is
+    # gone by the time the next case starts
+    parts["held"] = parts["pools"] + parts["layout"] + parts["view"] + outputs
     parts["passing"] = max(parts["inputs"], oracle + kernel)
     return parts
 
@@ -95,11 +100,12 @@ def kv_elements(case: Case) -> int:
 
 
 def too_large_reason(case: Case, device: str, available: int | None = None,
-                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS, measured: str | None = None) -> str | None:
+                     cpu_max_kv_elements: int = CPU_MAX_KV_ELEMENTS, measured: str | None = None,
+                     capabilities=None) -> str | None:
     """Why ``case`` cannot be built on ``device`` (the numbers), or None if it fits.
 
     ``available`` overrides the measured free memory (a run measures once; tests; a machine shared
-    with others); ``measured`` says how it was measured.
+    with others); ``measured`` says how it was measured; ``capabilities`` as for ``estimated_bytes``.
     """
     if torch.device(device).type == "cpu" and kv_elements(case) > cpu_max_kv_elements:
         return (f"too large for a CPU run: {kv_elements(case):.2e} cached KV elements, over the "
@@ -109,19 +115,20 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
         available, measured = available_bytes(device)
     elif measured is None:
         measured = f"{available / GiB:.1f} GiB given"
-    need = estimated_bytes(case)
+    need = estimated_bytes(case, capabilities)
     budget = int(available * fraction)
     if need["total"] <= budget:
         return None
-    detail = ", ".join(f"{k} {need[k] / GiB:.1f}" for k in ("pools", "inputs", "layout", "checking"))
+    detail = ", ".join(f"{k} {need[k] / GiB:.1f}" for k in ("pools", "inputs", "layout", "view", "checking")
+                       if k != "view" or need[k])
     return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), "
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 
 
-def chunk_bytes(cases: list[Case]) -> int:
+def chunk_bytes(cases: list[Case], capabilities=None) -> int:
     """The estimated peak memory of cases run as one chunk: what each holds until the chunk's
     comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work)."""
-    parts = [_estimate(c) for c in cases]
+    parts = [_estimate(c, view_width(c, capabilities)) for c in cases]
     return sum(p["held"] for p in parts) + max((p["passing"] for p in parts), default=0)
 
 

@@ -8,6 +8,7 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -34,7 +35,8 @@ def precheck(case: Case, backend, device: str, available: int | None = None, mea
     except Exception as e:   # a plug-in's broken capability check is its error, on this case
         e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
         return Outcome.raised(KERNEL, e)
-    reason = reason or resources.too_large_reason(case, device, available, measured=measured)
+    reason = reason or resources.too_large_reason(case, device, available, measured=measured,
+                                                  capabilities=getattr(backend, "capabilities", None))
     return None if reason is None else Outcome.unsupported(reason)
 
 
@@ -128,11 +130,11 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     summary.workers = max(summary.workers, workers)
     budget = resources.shared_budget(device, available, max(workers, 1))
     # a chunk never holds more than the machine can give all workers' chunks at once
-    chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget))
+    cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
+    chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
     if workers:
         isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
-                               workers=workers, timeout_s=timeout_s,
-                               memory=isolation.MemoryGate(resources.chunk_bytes, budget))
+                               workers=workers, timeout_s=timeout_s, memory=isolation.MemoryGate(cost, budget))
     else:
         for cases_together in chunks:
             for row in run_chunk(cases_together, backend, backend_spec, device):

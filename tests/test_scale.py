@@ -200,6 +200,21 @@ def test_estimated_pool_bytes_are_what_generate_allocates(case_id):
     assert resources.estimated_bytes(case)["pools"] == built
 
 
+def test_estimated_view_bytes_are_what_the_widened_verify_view_allocates():
+    """SGLang's Triton kernels meet fp8 verify drafts at model precision, so their oracle reads a widened
+    float64 view of the pages in use (``conventions``): on the H200 it was most of a batch of 512's memory."""
+    from harness.backends.base import Capabilities
+    from harness.conventions import kernel_view
+    case = dataclasses.replace(standin("scale-standins/prefix/1"), mode="verify", draft_tokens=3, dtype="fp8_e4m3")
+    cast = Capabilities(fp8_q="cast_in_kernel")
+    view = kernel_view(generate(case), cast)
+    assert resources.estimated_bytes(case, cast)["view"] == view.kv_pool.nbytes + view.kv_pool_model.nbytes
+    for others in (None, Capabilities(fp8_q="quantized_k_scale"), Capabilities(fp8_q="model_dtype")):
+        assert resources.estimated_bytes(case, others)["view"] == 0
+    assert resources.estimated_bytes(dataclasses.replace(case, dtype="bf16"), cast)["view"] == 0
+    assert resources.chunk_bytes([case], cast) > resources.chunk_bytes([case]) + view.kv_pool.nbytes
+
+
 def test_poisoned_pool_is_nan_in_every_dtype():
     for dtype in inputs_mod.TORCH_DTYPES.values():
         assert bool(inputs_mod.poisoned((3, 5), dtype, "cpu").float().isnan().all()), dtype
