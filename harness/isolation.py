@@ -332,9 +332,8 @@ class MemoryGate:
 
     def pick(self, todo: list, others: int, own_cache: int = 0, alone: bool = False) -> int | None:
         """The index in ``todo`` of the next chunk to start in a worker whose allocator keeps
-        ``own_cache`` bytes while the other workers hold ``others`` (``Worker.footprint``); or None to
-        wait for memory.
-        ``alone``: nothing else runs or keeps memory that could be handed back."""
+        ``own_cache`` bytes while the other workers hold ``others`` (``Worker.footprint``), or None
+        to wait for memory.  ``alone``: nothing else runs or keeps memory it could hand back."""
         if self.cost is None or alone:
             return 0
         for i, chunk in enumerate(todo[:self.LOOKAHEAD]):

@@ -6,7 +6,8 @@ peak bytes of the case's inputs, the kernel's working set and the float64
 oracle with a budget: a fraction of the host's available RAM on the CPU, of the
 device's free memory on CUDA.  The estimate uses the case's real seq lens (a
 draw of ``batch_size`` integers from its seed, nothing else) and follows what
-``inputs.generate`` and ``reference.mla_attention_batched`` allocate.
+``inputs.generate``, the backend's kernel view (``conventions``) and
+``reference.mla_attention_batched`` allocate.
 """
 
 import os
