@@ -55,10 +55,9 @@ def _run_options(argv: list[str]) -> dict | None:
     return options
 
 
-def _spares_wanted(argv: list[str]) -> int:
-    """How many workers ``run`` with crash isolation (the default) will start: they can start before this
-    process imports torch.  0 for any other command, or ``--workers 0``."""
-    options = _run_options(argv)
+def _spares_wanted(options: dict | None) -> int:
+    """How many workers ``run`` with crash isolation (the default) will start, from its ``_run_options``:
+    they can start before this process imports torch.  0 for any other command, or ``--workers 0``."""
     if options is None:
         return 0
     if "--workers" in options:
@@ -71,9 +70,10 @@ def _spares_wanted(argv: list[str]) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    spares = _spares_wanted(argv)
+    options = _run_options(argv)
+    spares = _spares_wanted(options)
     memory_at_start = None
-    if spares and _run_options(argv)["--device"] == "cuda":
+    if spares and options["--device"] == "cuda":
         memory_at_start = gpu_memory.free_memory()     # before any spare can make a CUDA context
     if spares:
         isolation.start_spares(spares, warm=memory_at_start is not None)

@@ -288,18 +288,11 @@ class Worker:
             pass
         _retiring.append(self.proc)
 
-    def stop(self, kill=False):
-        if kill:
-            self.proc.kill()
-        else:
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+    def kill(self):
+        """End a worker that has to go (dead, hung, lost its device, or the run is over): a finished
+        one retires instead (``retire``)."""
+        self.proc.kill()
+        self.proc.join()
 
 
 def _death_reason(proc) -> str:
@@ -442,11 +435,11 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     if case is not None:
                         on_row(crash_row(case, status, reason))
                     requeue(others)
-                w.stop(kill=True)
+                w.kill()
                 pool.remove(w)
                 if todo:
                     pool.append(start_worker())
     finally:
         for w in pool:
-            w.stop(kill=True)
+            w.kill()
 

@@ -122,7 +122,7 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
 ])
 def test_spare_workers_are_started_for_the_workers_a_run_will_want(argv, gpu, wanted, monkeypatch):
     monkeypatch.setattr(isolation, "gpu_present", lambda: gpu)
-    assert cli._spares_wanted(argv) == wanted
+    assert cli._spares_wanted(cli._run_options(argv)) == wanted
 
 
 @pytest.mark.parametrize("argv, free, measured, warm", [
