@@ -243,8 +243,7 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype, s
     # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
     if shortest < n_keys:
         padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
-        as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(
-            padding[:, :, None], 0)
+        as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(padding[:, :, None], 0)
     # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
     keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
