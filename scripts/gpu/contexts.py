@@ -2,7 +2,8 @@
 small kernels with a host sync every SYNC_EVERY iterations; prints the aggregate rate for 1..N processes.
 
 Usage: python scripts/gpu/contexts.py [MAX_PROCESSES=4] [SYNC_EVERY=1 50]
-(2026-12-03, H200, SYNC_EVERY=50: 18.7k iterations/s alone, 37.1k for two; SYNC_EVERY=1 not yet measured)
+(2026-12-03, H200, `contexts.py 4 1 10`: a sync every iteration, 13,549 iterations/s alone and 6,820-6,886
+for 2-4 processes together; every 10, 28,701 alone and 42,961 for 4; docs/gpu-runs.md, a fifth session)
 """
 import multiprocessing as mp
 import sys
