@@ -358,16 +358,24 @@ def hand_out(todo: list, pool: list, memory: MemoryGate):
 
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
-                 startup_timeout_s=300.0, memory: MemoryGate | None = None):
+                 startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
     module-level function, so it pickles by name); ``crash_row(case, status, reason)`` builds the
     row of a case whose worker died or hung.  ``timeout_s`` bounds each case, not each chunk.
+    Once ``stop()`` is true no chunk starts (those in flight finish); returns the cases never started.
     """
     memory = memory or MemoryGate()
     todo = [list(c) for c in chunks if c]
     job = worker_job(backend_spec, device, run_chunk)
+    never_started = []
+
+    def heed_stop():
+        """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
+        if stop is not None and stop():
+            never_started.extend(case for chunk in todo for case in chunk)
+            todo.clear()
 
     def start_worker():
         return Worker(job, startup_timeout_s)
@@ -380,6 +388,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     pool = [start_worker() for _ in range(min(workers, len(todo)))]
     try:
         while pool:
+            heed_stop()
             hand_out(todo, pool, memory)
             if not pool:
                 break
@@ -437,9 +446,11 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     requeue(others)
                 w.kill()
                 pool.remove(w)
+                heed_stop()
                 if todo:
                     pool.append(start_worker())
     finally:
         for w in pool:
             w.kill()
+    return never_started
 

@@ -8,6 +8,7 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
+import argparse
 import functools
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,41 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     return run_chunk([case], backend, backend_spec, device)[0]
 
 
+MAX_TIMEOUTS = 3      # consecutive timeouts that stop a backend's run (``--max-timeouts``)
+
+
+def timeout_limit(text: str) -> int:
+    """``--max-timeouts``' value: a count, 0 or more (argparse turns the error into one line)."""
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, got {text!r}")
+    return limit
+
+
+@dataclass
+class CircuitBreaker:
+    """Gives up on a backend after ``limit`` timeouts in a row (0: never).  Each hung case costs the whole
+    ``--timeout``: a kernel that hangs on everything would otherwise hold a run for hours.  Once tripped
+    it stays tripped, whatever rows still arrive from cases already in flight."""
+
+    limit: int = MAX_TIMEOUTS
+    streak: int = 0
+
+    @property
+    def tripped(self) -> bool:
+        return self.limit > 0 and self.streak >= self.limit
+
+    def see(self, row: dict):
+        if not self.tripped:
+            self.streak = self.streak + 1 if row["status"] == Status.TIMEOUT else 0
+
+    def reason(self) -> str:
+        return f"not run: {self.limit} consecutive timeouts on this backend, --max-timeouts {self.limit}"
+
+
 @dataclass
 class RunSummary:
     rows: list = field(default_factory=list)        # rows written by this invocation
@@ -81,7 +117,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
-              memory: tuple[int, str] | None = None) -> RunSummary:
+              memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -91,6 +127,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     ``memory``: ``resources.available_bytes`` as the caller measured it before any worker of this run touched
     the device (a worker's context counts as used; ``shared_budget`` allows for it).  Without it the run
     measures, once the workers of earlier runs and any spare told another job are gone.
+    After ``max_timeouts`` timeouts in a row the cases not yet started are recorded as ``timeout``
+    without being run (``CircuitBreaker``; 0 runs every case whatever happens).
     """
     from tqdm import tqdm
 
@@ -101,9 +139,11 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     bar = tqdm(total=len(todo), desc=f"{backend.name}", unit="case", disable=not progress,
                dynamic_ncols=True, mininterval=0.5)
     not_passed = 0
+    breaker = CircuitBreaker(max_timeouts)
 
     def record(row: dict):
         nonlocal not_passed
+        breaker.see(row)
         row.update(row_extra or {})
         t0 = time.perf_counter()
         writer.write(row)
@@ -133,12 +173,20 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
     chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
     if workers:
-        isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
-                               workers=workers, timeout_s=timeout_s, memory=isolation.MemoryGate(cost, budget))
+        never_run = isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
+                                           workers=workers, timeout_s=timeout_s,
+                                           memory=isolation.MemoryGate(cost, budget),
+                                           stop=lambda: breaker.tripped)
     else:
+        never_run = []
         for cases_together in chunks:
+            if breaker.tripped:
+                never_run.extend(cases_together)
+                continue
             for row in run_chunk(cases_together, backend, backend_spec, device):
                 record(row)
+    for case in never_run:
+        record(lost_row(case, Status.TIMEOUT, breaker.reason()))
     bar.close()
     summary.seconds += time.perf_counter() - started
     return summary

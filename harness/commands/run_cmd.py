@@ -11,7 +11,7 @@ from ..backends import KERNELS, expand_specs
 from ..chunk import CHUNK_CASES, run_chunk
 from ..errors import InputError
 from ..results import ResultsWriter, read_rows
-from ..runner import RunSummary, default_device, run_cases
+from ..runner import MAX_TIMEOUTS, RunSummary, default_device, run_cases, timeout_limit
 from ..status import Status
 from ..summary import print_summary
 
@@ -42,6 +42,9 @@ def add_parser(sub):
                    help=f"cases whose oracles run in one pass and are compared in one transfer (default "
                         f"{CHUNK_CASES}); 1 runs each case alone.  The rows are the same either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
+    p.add_argument("--max-timeouts", type=timeout_limit, default=MAX_TIMEOUTS, metavar="N",
+                   help=f"after N timeouts in a row on a backend, record its remaining cases as timeout without "
+                        f"running them (default {MAX_TIMEOUTS}; 0 runs every case)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -129,7 +132,7 @@ def main(args) -> int:
             run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
                       progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
                       timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes},
-                      chunk_cases=args.chunk, memory=memory)
+                      chunk_cases=args.chunk, memory=memory, max_timeouts=args.max_timeouts)
             memory = None        # the next backend's run measures for itself
     print_summary(summary, path)
     if args.junit_xml:
