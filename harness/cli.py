@@ -12,6 +12,7 @@ import sys
 
 from . import commands, gpu_memory, isolation
 from .errors import EXIT_BAD_INPUT, InputError
+from .status import EXIT_INTERRUPTED
 
 
 def _commands(only: str | None = None):
@@ -70,14 +71,14 @@ def _spares_wanted(options: dict | None) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    options = _run_options(argv)
-    spares = _spares_wanted(options)
-    memory_at_start = None
-    if spares and options["--device"] == "cuda":
-        memory_at_start = gpu_memory.free_memory()     # before any spare can make a CUDA context
-    if spares:
-        isolation.start_spares(spares, warm=memory_at_start is not None)
     try:
+        options = _run_options(argv)
+        spares = _spares_wanted(options)
+        memory_at_start = None
+        if spares and options["--device"] == "cuda":
+            memory_at_start = gpu_memory.free_memory()     # before any spare can make a CUDA context
+        if spares:
+            isolation.start_spares(spares, warm=memory_at_start is not None)
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         args.memory_at_start = memory_at_start
         return args.func(args)
@@ -87,9 +88,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:      # `mla-verify list | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:     # workers ignore SIGINT (isolation); the run's are stopped on the way out
         print("mla-verify: interrupted; rows written so far are in the results file", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

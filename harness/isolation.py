@@ -15,9 +15,11 @@ reports it and exits to be replaced.
 """
 
 import atexit
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -123,13 +125,29 @@ class _Spare:
 _spares: list[_Spare] = []
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a worker starts.  A Ctrl-C at the terminal reaches every process of the group;
+    a worker inherits the ignored disposition (Python leaves an ignored SIGINT ignored), so one still
+    importing prints no traceback.  The parent, interrupted, stops its workers itself."""
+    if threading.current_thread() is not threading.main_thread():     # only the main thread may set it
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def spawn(warm: bool = False) -> _Spare:
     """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once."""
     ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
     conn, child_conn = ctx.Pipe()
     progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
     proc = ctx.Process(target=serve, args=(child_conn, progress, warm), daemon=True)
-    proc.start()
+    with _sigint_ignored():
+        proc.start()
     child_conn.close()
     return _Spare(proc, conn, progress)
 
@@ -229,7 +247,16 @@ def reap():
             proc.join()
 
 
-atexit.register(stop_spares)      # spares nobody took, and retired workers, at exit
+def _stop_all():
+    """At exit: stop the spares and reap retired workers.  A Ctrl-C meanwhile kills what is left, quietly."""
+    try:
+        stop_spares()
+    except KeyboardInterrupt:
+        for proc in [spare.proc for spare in _spares] + _retiring:
+            proc.kill()
+
+
+atexit.register(_stop_all)      # spares nobody took, and retired workers, at exit
 
 
 class Worker:

@@ -1,0 +1,93 @@
+"""Ctrl-C: the run stops, the rows written so far stay, and the user sees one line and exit 130.
+
+A terminal sends SIGINT to every process of the foreground group, the workers included; the
+subprocess runs below are started in a session of their own and interrupted the same way.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import REPO
+
+from harness import isolation
+from harness.status import EXIT_INTERRUPTED
+
+SLOW = textwrap.dedent('''
+    import time
+    from harness.backends.torch_backend import TorchBackend
+
+    class Slow(TorchBackend):
+        """A correct kernel that takes its time, so the run can be interrupted half way."""
+        name = "slow"
+
+        def run(self, inputs):
+            time.sleep(0.3)
+            return super().run(inputs)
+''')
+
+
+def rows_written(path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--suite", "smoke", "--backend",
+                             f"{plugin}:Slow", "--out", str(out), "--workers", workers, "--chunk", "1",
+                             "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while rows_written(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)          # as a terminal does: the whole group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.splitlines()[-1] == "mla-verify: interrupted; rows written so far are in the results file"
+    assert len(err.splitlines()) <= 3, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]    # every line whole
+    assert len(rows) >= 2 and {r["status"] for r in rows} == {"pass"}
+
+
+def test_a_worker_interrupted_while_it_starts_carries_on_quietly():
+    """A worker still importing when Ctrl-C comes prints nothing and keeps going: it starts with SIGINT
+    ignored, and the parent stops it."""
+    spare = isolation.spawn()
+    try:
+        os.kill(spare.proc.pid, signal.SIGINT)        # at once: the worker is still starting
+        time.sleep(0.5)
+        assert spare.proc.is_alive()
+        spare.conn.send(None)                         # not needed after all: it returns
+        spare.proc.join(timeout=60)
+        assert spare.proc.exitcode == 0
+    finally:
+        spare.proc.kill()
+        spare.conn.close()
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN        # the parent's own handler is back
+
+
+def test_ctrl_c_at_exit_kills_what_is_left_without_a_traceback(monkeypatch):
+    spare = isolation.spawn()
+    monkeypatch.setattr(isolation, "_spares", [spare])
+
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(isolation, "stop_spares", interrupted)
+    isolation._stop_all()                               # raises nothing
+    spare.proc.join(timeout=10)
+    assert spare.proc.exitcode == -signal.SIGKILL
+    spare.conn.close()
