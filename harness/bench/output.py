@@ -64,8 +64,9 @@ def cross_check_line(row: dict) -> str | None:
     if "error" in c:
         return f"cross-check {row['case_id']} {row.get('backend')}: could not run: {c['error']}"
     verdict = "agrees" if c["agrees"] else "DISAGREES"
-    line = (f"cross-check {row['case_id']} {row.get('backend')}: harness kineto p50 {c['harness_p50_us']:.1f} us, "
-            f"{c['method']} {c['independent_us']:.1f} us, ratio {c['ratio']:.3f}: {verdict} "
+    flush = f" ({c['harness_flush']} flush)" if c.get("harness_flush") else ""
+    line = (f"cross-check {row['case_id']} {row.get('backend')}: harness kineto p50 {c['harness_p50_us']:.1f} us"
+            f"{flush}, {c['method']} {c['independent_us']:.1f} us, ratio {c['ratio']:.3f}: {verdict} "
             f"(within +-{100 * c['tolerance']:.0f}%)")
     for other in b.get("cross_check_others") or []:
         if other.get("independent_us"):

@@ -40,6 +40,17 @@ def _error(e: Exception, what: str) -> str:
     return f"{what}{type(e).__name__}: {e}".splitlines()[0][:500]
 
 
+def gpu_kernel_times(launch, flush: timing.L2Flush, options: BenchOptions):
+    """Seconds per call of ``launch`` on the GPU with ``flush`` before each, a per-kernel breakdown (or None)
+    and how it was timed: kineto, else CUDA events."""
+    try:
+        kernel_s, breakdown = timing.kernel_times_kineto(launch, options.iters, options.warmup, flush)
+        return kernel_s, breakdown, f"kineto device time; {flush.describe()}"
+    except Exception as e:   # no CUPTI, or a trace that does not split cleanly: CUDA events, and say so
+        kernel_s = timing.kernel_times_events(launch, options.iters, options.warmup, flush)
+        return kernel_s, None, f"CUDA events around each call; {flush.describe()} (kineto failed: {e})"[:300]
+
+
 def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptions) -> dict:
     """Kernel and end-to-end times of a verified call, counted against the ceilings."""
     gpu = inputs.device.type == "cuda"
@@ -48,12 +59,7 @@ def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptio
     breakdown = None
     if gpu:
         flush = timing.L2Flush(inputs.device, mode=options.l2_flush)
-        timer = f"kineto device time; {flush.describe()}"
-        try:
-            kernel_s, breakdown = timing.kernel_times_kineto(launch, options.iters, options.warmup, flush)
-        except Exception as e:   # no CUPTI, or a trace that does not split cleanly: CUDA events, and say so
-            kernel_s = timing.kernel_times_events(launch, options.iters, options.warmup, flush)
-            timer = f"CUDA events around each call; {flush.describe()} (kineto failed: {e})"[:300]
+        kernel_s, breakdown, timer = gpu_kernel_times(launch, flush, options)
         e2e_s = timing.e2e_times_cuda(step, options.iters, options.warmup, flush) if step else None
         del flush
     else:
@@ -77,14 +83,12 @@ def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptio
         top = sorted(breakdown.items(), key=lambda kv: -kv[1])[:6]
         out["kernels_us"] = {name[:160]: us for name, us in top}
     if options.cross_check:
-        # the first method gates (crosscheck.methods); the others are recorded beside it
-        checks = []
-        for method in crosscheck.methods():
-            try:
-                checks.append(crosscheck.compare(kernel["p50"], method.time_us(launch), method.describe))
-            except Exception as e:   # the launch cannot be captured: say so, the row keeps its kernel time
-                checks.append({"method": method.describe, "agrees": False, "error": _error(e, "")})
-        out["cross_check"], out["cross_check_others"] = checks[0], checks[1:]
+        # the first method gates (crosscheck.methods); each is compared with the harness timed its way
+        def harness_us_with(mode: str) -> float:
+            kernel_s, _, _ = gpu_kernel_times(launch, timing.L2Flush(inputs.device, mode=mode), options)
+            return timing.summary(kernel_s)["p50"]
+        out["cross_check"], out["cross_check_others"] = crosscheck.cross_check(
+            launch, kernel["p50"], options.l2_flush, harness_us_with)
     return out
 
 

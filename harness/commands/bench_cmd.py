@@ -28,7 +28,9 @@ def add_parser(sub):
                                              f"the CPU)")
     p.add_argument("--warmup", type=int, help=f"untimed warm-up calls (default {GPU_ITERS[1]} GPU, {CPU_ITERS[1]} CPU)")
     p.add_argument("--cross-check", action="store_true",
-                   help="also time each launch with triton.testing.do_bench_cudagraph; they must agree within 3%%")
+                   help="also time each launch independently (FlashMLA's kernelkit when importable, else "
+                        "triton.testing.do_bench_cudagraph), the harness's side with that timer's own L2 flush; "
+                        "they must agree within 3%%")
     p.add_argument("--l2-flush", choices=["read", "write", "none"], default="read",
                    help="GPU: between timed calls, read (default) or rewrite a 256 MiB buffer, or do not flush L2")
     p.add_argument("--remeasure-ceilings", action="store_true",
