@@ -1,8 +1,10 @@
 """What a result was measured on: recorded once per run, in every row."""
 
+import importlib.metadata
 import os
 import platform
 import subprocess
+import tomllib
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,6 +27,19 @@ def describe() -> dict:
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
     return env
+
+
+@lru_cache(maxsize=1)
+def mla_verify_version() -> str:
+    """The installed package's version; from a checkout that is not installed, pyproject.toml's."""
+    try:
+        return importlib.metadata.version("mla-verify")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
 
 
 def _git_commit():

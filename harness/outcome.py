@@ -8,7 +8,9 @@ place a row's fields are laid out, so the results file keeps one format.
 from dataclasses import dataclass, field
 
 from . import checks
+from .environment import mla_verify_version
 from .phases import KERNEL, is_out_of_memory, last_frames
+from .results import case_hash
 from .status import Status
 
 
@@ -109,6 +111,8 @@ class ResultRow:
             "batch_size": c.batch_size, "heads": c.heads, "kv_heads": c.kv_heads,
             "s_q": c.s_q, "page_size": c.page_size, "padding": c.padding, "causal": c.causal,
             "seqlen_dist": c.seqlen, "case": c.to_dict(),
+            # what --resume checks before it keeps this row for its case (results.why_run_again)
+            "case_hash": case_hash(c.to_dict()), "mla_verify_version": mla_verify_version(),
             "backend": self.backend.name, "backend_spec": self.backend.spec, "backend_info": self.backend.info,
             "conventions": self.backend.conventions,
             "device": self.device, "env": self.env, "rerun": self.rerun,

@@ -225,13 +225,15 @@ def unwritable_paths(tmp_path):
             "under /proc": Path("/proc/mla-verify-cannot-write-here/out.jsonl")}
 
 
-@pytest.mark.parametrize("which", ["under a regular file", "a directory", "under /proc"])
-def test_out_that_cannot_be_written(tmp_path, capsys, launches, which):
+@pytest.mark.parametrize("which, fragment", [("under a regular file", "cannot write results file"),
+                                              ("a directory", "is a directory"),
+                                              ("under /proc", "cannot write results file")])
+def test_out_that_cannot_be_written(tmp_path, capsys, launches, which, fragment):
     spec, marker = launches
     out = unwritable_paths(tmp_path)[which]
     path = suite_file(tmp_path, GOOD_GROUP)
     argv = ["run", "--suite", path, "--backend", spec, "--out", out, "--device", "cpu", "--no-progress"]
-    assert_bad_input(capsys, argv, "cannot write results file", str(out))
+    assert_bad_input(capsys, argv, fragment, str(out))
     assert not marker.exists()
 
 

@@ -2,6 +2,7 @@
 
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from .. import cases as case_mod
@@ -9,14 +10,16 @@ from .. import isolation, junit, resources
 from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
 from ..chunk import CHUNK_CASES, run_chunk
+from ..environment import mla_verify_version
 from ..errors import InputError
-from ..results import ResultsWriter, read_rows
+from ..results import ResultsWriter, case_hash, check_distinct_outputs, check_output_path, why_run_again
 from ..runner import MAX_TIMEOUTS, RunSummary, default_device, run_cases, timeout_limit
 from ..status import Status
 from ..summary import print_summary
 
 # Rows --resume keeps.  A crash, timeout, error or harness error may be transient (a killed
 # process, a full GPU), so those cases run again and their new row supersedes the old one.
+# A kept row also has to be this kernel's, on this case definition, by this mla-verify (why_run_again).
 KEPT_ON_RESUME = (Status.PASS.value, Status.FAIL.value, Status.UNSUPPORTED.value)
 
 
@@ -31,7 +34,8 @@ def add_parser(sub):
     p.add_argument("--case", help="run only this case id (suite/group/index)")
     p.add_argument("--out", help="results file (JSONL); default reports/results-<time>.jsonl")
     p.add_argument("--resume", metavar="FILE", help="append to FILE; cases it records as pass, fail or unsupported "
-                   "are kept, the rest run (again); the verdict covers every kept and new row")
+                   "by the same kernel version, case definition and mla-verify version are kept, the rest run "
+                   "(again); the verdict covers every kept and new row")
     p.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML file: one testcase per case and backend")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--workers", type=int, default=None,
@@ -56,13 +60,37 @@ def load_suites(spec: str):
     return [case_mod.load_suite(n.strip()) for n in names]
 
 
-def previous_rows(path: str, backend_name: str, case_ids: set) -> tuple[list[dict], int]:
-    """The rows --resume keeps (the latest of each asked-for case on this backend), and how many it found."""
+def previous_rows(rows: list[dict], backend, cases: list) -> tuple[list[dict], int, Counter]:
+    """What --resume keeps of ``rows``: the latest row of each asked-for case on this backend, when its
+    status is kept and it was made by this kernel, on this case definition, by this mla-verify.  Also
+    how many cases have a row, and why those that would be kept but for their identity run again."""
+    by_id = {c.id: c for c in cases}
     latest = {}
-    for row in read_rows(path):
-        if row.get("backend") == backend_name and row.get("case_id") in case_ids:
+    for row in rows:
+        if row.get("backend") == backend.name and row["case_id"] in by_id:
             latest[row["case_id"]] = row
-    return [r for r in latest.values() if r.get("status") in KEPT_ON_RESUME], len(latest)
+    info, version = backend.info(), mla_verify_version()
+    kept, changed = [], Counter()
+    for case_id, row in latest.items():
+        if row["status"] not in KEPT_ON_RESUME:
+            continue
+        reason = why_run_again(row, info, case_hash(by_id[case_id].to_dict()), version)
+        if reason is None:
+            kept.append(row)
+        else:
+            changed[reason] += 1
+    return kept, len(latest), changed
+
+
+def check_outputs(args, results_path: str):
+    """Every output a regular file of its own, refused before anything runs."""
+    results_flag = "--resume" if args.resume else "--out"
+    check_output_path(results_flag, results_path)
+    if args.junit_xml:
+        check_output_path("--junit-xml", args.junit_xml)
+    check_distinct_outputs({results_flag: results_path, "--junit-xml": args.junit_xml})
+    if args.junit_xml:
+        check_writable(args.junit_xml)
 
 
 def check_writable(path: str):
@@ -93,6 +121,8 @@ def main(args) -> int:
         raise InputError(f"--timeout must be positive, got {args.timeout}")
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
+    path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    check_outputs(args, path)
     specs, auto_notes = expand_specs(args.backend, device)
     for note in auto_notes:
         print(f"mla-verify: auto: {note}", file=sys.stderr)
@@ -113,20 +143,18 @@ def main(args) -> int:
             measuring_s = time.perf_counter() - t0
         isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers)
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
-    if args.junit_xml:
-        check_writable(args.junit_xml)
-    path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     resuming = bool(args.resume) and Path(args.resume).exists()
     summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
-    case_ids = {c.id for c in cases}
+    # locked (a second writer stops here) and, on resume, validated whole before anything is written
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
-            kept, recorded = previous_rows(path, backend.name, case_ids) if resuming else ([], 0)
+            kept, recorded, changed = previous_rows(writer.rows_before, backend, cases) if resuming else ([], 0, {})
             summary.previous.extend(kept)
             if resuming:
+                transient = recorded - len(kept) - sum(changed.values())
                 print(f"mla-verify: resume: {path} records {recorded} of these cases on {backend.name}; "
-                      f"{len(kept)} kept ({_tally(kept)}), {recorded - len(kept)} crash/timeout/error row(s) "
-                      f"run again", file=sys.stderr)
+                      f"{len(kept)} kept ({_tally(kept)}), {transient} crash/timeout/error row(s) run again"
+                      + _changed_note(changed), file=sys.stderr)
             print(f"mla-verify: {len(cases) - len(kept)} case(s) from {', '.join(s.name for s in suites)} on "
                   f"backend {backend.name} ({device}); results -> {path}", file=sys.stderr)
             run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
@@ -134,10 +162,19 @@ def main(args) -> int:
                       timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes},
                       chunk_cases=args.chunk, memory=memory, max_timeouts=args.max_timeouts)
             memory = None        # the next backend's run measures for itself
-    print_summary(summary, path)
+    # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
+    print_summary(summary, path)
     return summary.verdict.exit_code
+
+
+def _changed_note(changed: Counter) -> str:
+    """Why rows that would be kept run again: not made by this kernel, case definition or mla-verify."""
+    if not changed:
+        return ""
+    reasons = ", ".join(f"{reason} ({n})" for reason, n in changed.most_common())
+    return f", {sum(changed.values())} run again as their identity changed: {reasons}"
 
 
 def _tally(rows) -> str:
