@@ -2,6 +2,7 @@
 
 import sys
 import time
+from pathlib import Path
 
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..report import MAX_DRILLDOWNS, write_report
@@ -41,9 +42,14 @@ def main(args) -> int:
     out = args.out or f"reports/report-{time.strftime('%Y%m%d-%H%M%S')}.html"
     if out.endswith("/"):
         raise InputError(f"-o {out}: names a directory; give a file name such as {out}report.html")
-    path, data = write_report(args.results, out, args.baseline or (), args.max_drilldowns, args.title,
-                              args.regression_factor, args.regression_floor)
-    print(path)
+    target = report_target(out, [*args.results, *(args.baseline or ())])
+    _, data = write_report(args.results, target, args.baseline or (), args.max_drilldowns, args.title,
+                           args.regression_factor, args.regression_floor)
+    print(out)
+    if data.baseline is not None and not data.baseline["matched"]:
+        print(f"mla-verify: report: {nothing_in_common(data)}", file=sys.stderr)
+        if args.fail_on_regression:
+            return EXIT_FAILURES
     if args.fail_on_regression:
         lost = no_longer_passing(data.df)
         for case_id, backend, status in lost[:20]:
@@ -55,6 +61,28 @@ def main(args) -> int:
             return EXIT_FAILURES
     sys.stdout.flush()
     return EXIT_OK
+
+
+def report_target(out: str, inputs: list[str]) -> Path:
+    """Where ``-o`` writes: through a link, to what it points to, which must be a regular file or not exist
+    yet, and none of the inputs.  The report is written beside it and renamed over it: over a device node
+    (``/dev/null``, as root) that would replace the device."""
+    target = Path(out).resolve()
+    if target.exists() and not target.is_file():
+        kind = ("a directory" if target.is_dir() else
+                "a device" if target.is_char_device() or target.is_block_device() else "not a regular file")
+        raise InputError(f"-o {out}: is {kind}; give a file name such as reports/report.html")
+    if any(target == Path(p).resolve() for p in inputs):
+        raise InputError(f"-o {out}: is one of the input files; the report would overwrite it")
+    return target
+
+
+def nothing_in_common(data) -> str:
+    """The line for a baseline diff that matched no row: no verdict on regressions can be drawn from it."""
+    now = ", ".join(sorted(set(data.df["backend"]))) or "none"
+    before = ", ".join(sorted({backend for _, backend in data.baseline["gone"]})) or "none"
+    return (f"the baseline has no (case, backend) pair in common with the results (backends now: {now}; in the "
+            f"baseline: {before}): nothing was compared")
 
 
 def no_longer_passing(df) -> list[tuple[str, str, str]]:
