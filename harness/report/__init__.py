@@ -1,8 +1,10 @@
 """The HTML report: one self-contained file built from results files alone.
 
-``build`` reads rows into a lean pandas frame and aggregates; ``baseline``
-marks what changed against older results; ``page`` and ``drilldown`` render,
-drawing charts with ``svg``.  ``write_report`` is the one entry point.
+``rows`` streams result rows into lean records; ``build`` makes them one pandas
+frame and aggregates, with ``findings`` (failing rows clustered by signature) and
+``scoreboard`` (one line per backend); ``baseline`` marks what changed against older
+results; ``page``, ``matrix`` and ``drilldown`` render, drawing charts with ``svg``.
+``write_report`` is the one entry point.
 """
 
 import os
@@ -10,8 +12,9 @@ from pathlib import Path
 
 from ..errors import InputError
 from . import baseline as baseline_mod
-from .build import choose_drilldowns, collect, frame, latest, read
+from .build import choose_drilldowns, collect, frame
 from .page import render
+from .rows import load
 
 MAX_DRILLDOWNS = 50   # each is ~10-40 KB; the table lists every case regardless
 
@@ -21,8 +24,8 @@ def build(results, baselines=(), max_drilldowns: int = MAX_DRILLDOWNS,
     """The report's data from results files (and optional baseline files)."""
     data = collect(results)
     if baselines:
-        base_rows, _ = latest(read(baselines))
-        data.baseline = baseline_mod.diff_against(data.df, frame(base_rows), factor, floor)
+        base, _ = frame(load(baselines).records)
+        data.baseline = baseline_mod.diff_against(data.df, base, factor, floor)
         data.baseline["sources"] = [str(p) for p in baselines]
     data.drill, data.drill_total = choose_drilldowns(data.df, max_drilldowns)
     return data

@@ -13,6 +13,19 @@ a{color:#1f5fa8;text-decoration:none}a:hover{text-decoration:underline}
 header{display:flex;align-items:center;gap:16px;flex-wrap:wrap;padding-bottom:12px;border-bottom:1px solid var(--line)}
 .verdict{font-weight:700;font-size:15px;padding:4px 12px;border-radius:4px;color:#fff;letter-spacing:.04em}
 .v-FAILED{background:var(--fail)}.v-PASSED{background:var(--pass)}.v-EMPTY,.v-NOTHING{background:var(--unsupported)}
+.v-HARNESS{background:#5b6b7d}
+.times{margin:8px 0 10px;font-size:13px;color:var(--mute)}.times b{color:var(--fg)}
+.board,.findings{background:var(--card);border:1px solid var(--line);border-radius:6px;width:100%}
+.board td,.findings td{vertical-align:middle}.board .wr.hot{color:#a3151b;font-weight:700}
+.tag{display:inline-block;margin-left:6px;padding:0 5px;border-radius:3px;background:#e8ebef;color:#4a5561;
+font-size:11px;font-weight:600}
+#findings h2{margin:14px 0 6px}#findings h2 .meta{font-weight:400}
+.findings .ev{display:block}.findings small{display:block;color:var(--mute);font-size:12px}
+.rr code.cmd{display:inline;white-space:normal;overflow-wrap:anywhere;background:#f2f4f7;padding:1px 5px;
+border-radius:3px;color:var(--fg);font-size:11.5px;user-select:all}
+button.copy{margin-left:6px;font:inherit;font-size:11px;padding:0 6px;border:1px solid #c9ced4;border-radius:3px;
+background:#fff;cursor:pointer}
+p.fold{margin:4px 0}
 .meta{color:var(--mute);font-size:12.5px}
 .cards{display:flex;gap:10px;flex-wrap:wrap;margin:16px 0 4px}
 .card{background:var(--card);border:1px solid var(--line);border-left:5px solid var(--c);border-radius:6px;
@@ -59,7 +72,7 @@ small.why.bad{color:#a3151b}
 #cases-t th{vertical-align:bottom;line-height:1.2}
 #cases-t tr.bad td:first-child{box-shadow:inset 3px 0 var(--fail)}
 #cases-t tbody tr:hover{background:#f6f8fb}
-td code{display:block;max-width:300px;overflow:hidden;text-overflow:ellipsis;color:var(--mute);font-size:11px;
+td code{display:block;max-width:420px;white-space:normal;overflow-wrap:anywhere;color:var(--mute);font-size:11px;
 user-select:all;cursor:text}
 #cases-t td.bk{max-width:170px;overflow:hidden;text-overflow:ellipsis}
 p.rr code{display:inline;background:#f2f4f7;padding:2px 6px;border-radius:3px;color:var(--fg);font-size:12px}
@@ -95,6 +108,14 @@ details summary{cursor:pointer;color:var(--mute)}
 # into an inert <template>).  Filter and sort work on the array and its cached text, then
 # lay out only the first page of matches: cost stays flat from 100 to 10,000 rows.
 JS = r"""
+function refold(t){const keep=+t.dataset.keep,open=t.dataset.open==='1',only=t.dataset.only==='1';let n=0;
+  for(const r of t.tBodies[0].rows){const ok=!(only&&r.dataset.dis==='0');r.hidden=!ok||(!open&&n>=keep);if(ok)n++;}}
+function unfold(b){const t=b.closest('p').previousElementSibling,open=t.dataset.open!=='1';
+  t.dataset.open=open?'1':'0';refold(t);b.textContent=open?b.dataset.less:b.dataset.all;}
+function copyCmd(b){const c=b.previousElementSibling,done=()=>{b.textContent='copied';};
+  const pick=()=>{const r=document.createRange();r.selectNodeContents(c);const s=getSelection();
+    s.removeAllRanges();s.addRange(r);try{document.execCommand('copy');done();}catch(e){}};
+  if(navigator.clipboard)navigator.clipboard.writeText(c.textContent).then(done,pick);else pick();}
 (function(){
 const t=document.getElementById('cases-t');if(!t)return;
 const body=t.tBodies[0],page=+t.dataset.page||500,rest=document.getElementById('rest'),

@@ -1,9 +1,9 @@
 """The report's data: result rows read back, one lean pandas frame, counts, environment, timing.
 
 Everything the page shows is computed here from the results files alone, so a
-report is rebuilt without rerunning anything.  The frame keeps only scalars
-(ids, statuses, error over bound per check); the drill-downs read their few
-rows' ``diagnostics`` straight from the row dicts.
+report is rebuilt without rerunning anything.  Rows are streamed (``rows``): the
+frame keeps only scalars (ids, statuses, error over bound per check), and the
+drill-downs read their few whole rows again from the files.
 """
 
 import math
@@ -12,85 +12,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..checks import TENSOR_NAMES, over_bound
-from ..errors import InputError
-from ..results import read_rows
+from ..checks import TENSOR_NAMES
 from ..status import GATING, STATUSES, Status, Verdict, verdict_of
+from . import findings as findings_mod
+from . import scoreboard
+from .rows import Loaded, load, sample
 
 BAD = GATING          # statuses that fail the gate
 CHECKS = TENSOR_NAMES
 GROUP_BY = ["suite", "backend", "mode", "dtype"]
-
-
-def num(value) -> float:
-    """A metric as a float: rows spell inf/NaN as strings (JSON has neither); missing is NaN."""
-    if isinstance(value, bool) or value is None:
-        return math.nan
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def row_key(row: dict) -> tuple:
-    """Rows match across files by case id and backend name (a plug-in's path may move)."""
-    return row["case_id"], row.get("backend") or row.get("backend_spec") or "?"
-
-
-def read(paths) -> list[dict]:
-    """Rows of every file, in order; a row that is not a result row is bad input."""
-    rows = []
-    for path in paths:
-        for n, row in enumerate(read_rows(path), 1):
-            if not isinstance(row, dict) or not isinstance(row.get("case_id"), str) or "status" not in row:
-                raise InputError(f"{path}: row {n} is not an mla-verify result row (no case_id or status)")
-            rows.append(row)
-    return rows
-
-
-def latest(rows: list[dict]) -> tuple[list[dict], int]:
-    """One row per case and backend: a later row (a rerun, a later file) supersedes an earlier one."""
-    by_key = {}
-    for row in rows:
-        by_key.pop(row_key(row), None)     # re-insert so order follows the latest row
-        by_key[row_key(row)] = row
-    return list(by_key.values()), len(rows) - len(by_key)
-
-
-def _check_columns(metrics: dict) -> dict:
-    cols = {}
-    for name in CHECKS:
-        m = metrics.get(name)
-        if not isinstance(m, dict):
-            cols[f"{name}_ratio"] = cols[f"{name}_cos"] = math.nan
-            continue
-        cols[f"{name}_ratio"], cols[f"{name}_cos"] = over_bound(m)
-    return cols
-
-
-def frame(rows: list[dict]) -> pd.DataFrame:
-    """One line per row with the scalars the summary, table and baseline diff need."""
-    records = []
-    for i, r in enumerate(rows):
-        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
-        rec = {
-            "i": i, "case_id": r["case_id"], "backend": row_key(r)[1], "status": str(r["status"]),
-            "suite": r.get("suite") or r["case_id"].split("/")[0], "group": r.get("group"),
-            "mode": r.get("mode") or "?", "dtype": r.get("dtype") or "?",
-            "batch_size": r.get("batch_size"), "heads": r.get("heads"), "s_q": r.get("s_q"),
-            "page_size": r.get("page_size"), "reason": r.get("reason") or "", "rerun": r.get("rerun") or "",
-            "wall_s": num(r.get("wall_s")), "kernel_ms": num(r.get("kernel_ms")),
-            "has_diag": bool(r.get("diagnostics")),
-        }
-        rec.update(_check_columns(metrics))
-        records.append(rec)
-    df = pd.DataFrame.from_records(records, columns=None if records else ["i", "case_id", "backend", "status"])
-    ratio_cols = [c for c in df.columns if c.endswith(("_ratio", "_cos"))]
-    # the one number a row is sorted by: its largest error over bound, any check (inf for NaN/inf mismatch)
-    df["worst"] = df[ratio_cols].max(axis=1, skipna=True) if ratio_cols else math.nan
-    return df
 
 
 def status_columns(df: pd.DataFrame) -> list[str]:
@@ -129,22 +59,51 @@ ENV_FIELDS = [
 ]
 
 
-def environment(rows: list[dict]) -> list[tuple[str, list[tuple[str, int]]]]:
+class Extras:
+    """What the page needs from whole rows beyond the lean record, gathered while each row is at hand."""
+
+    def __init__(self):
+        self.env_values: dict[tuple, int] = {}          # distinct environments, each an id
+        self.kernels: dict[str, Counter] = {}           # backend -> its package and version names
+        self.infos: dict[str, dict] = {}                # backend -> its first row's backend_info
+        self.selection: set[str] = set()                # how auto chose
+        self.bench: list[dict] = []                     # bench rows, whole (a few)
+
+    def __call__(self, row: dict, rec: dict):
+        env = row.get("env") if isinstance(row.get("env"), dict) else {}
+        values = tuple(str(get(row, env) or "–") for _, get in ENV_FIELDS)
+        rec["env"] = self.env_values.setdefault(values, len(self.env_values))
+        backend = rec["backend"]
+        self.infos.setdefault(backend, row.get("backend_info"))
+        self.kernels.setdefault(backend, Counter())[scoreboard.kernel_name(row.get("backend_info"))] += 1
+        self.selection.update(str(n) for n in row.get("selection") or [])
+        if isinstance(row.get("bench"), dict):
+            self.bench.append(row)
+        rec["sig"] = findings_mod.signature(row) if rec["status"] in BAD else None
+        rec["sample"] = sample(row)
+
+
+def environment(df: pd.DataFrame, extras: Extras) -> list[tuple[str, list[tuple[str, int]]]]:
     """Each environment field with its distinct values and how many rows carry each."""
+    per_env = df["env"].value_counts() if len(df) else {}
     seen = {name: Counter() for name, _ in ENV_FIELDS}
-    for r in rows:
-        env = r.get("env") if isinstance(r.get("env"), dict) else {}
-        for name, get in ENV_FIELDS:
-            seen[name][str(get(r, env) or "–")] += 1
+    for values, env_id in extras.env_values.items():
+        n = int(per_env.get(env_id, 0))
+        for (name, _), value in zip(ENV_FIELDS, values):
+            if n:
+                seen[name][value] += n
     return [(name, seen[name].most_common()) for name, _ in ENV_FIELDS]
 
 
 def timing(df: pd.DataFrame) -> dict:
-    """Run time as the sum of per-case wall time: rows carry no run start or end stamp."""
-    wall = float(df["wall_s"].sum(skipna=True)) if len(df) else 0.0
+    """The summed case time (each row's ``wall_s``), and the wall clock where rows carry start and end stamps."""
+    summed = float(df["wall_s"].sum(skipna=True)) if len(df) else 0.0
     kernel = df["kernel_ms"].dropna() if len(df) else pd.Series(dtype=float)
+    stamped = df.dropna(subset=["started_at", "finished_at"]) if len(df) else df
+    wall = float(stamped["finished_at"].max() - stamped["started_at"].min()) if len(stamped) else math.nan
     return {
-        "cases": len(df), "seconds": wall, "cases_per_second": len(df) / wall if wall > 0 else math.nan,
+        "cases": len(df), "summed_s": summed, "wall_s": wall, "stamped": len(stamped),
+        "cases_per_second": len(df) / wall if wall > 0 else math.nan,
         "kernel_s": float(kernel.sum()) / 1e3, "kernel_median_ms": float(kernel.median()) if len(kernel) else math.nan,
     }
 
@@ -156,11 +115,24 @@ def unsupported_reasons(df: pd.DataFrame, top: int = 8) -> list[tuple[str, int]]
     return [(str(k), int(v)) for k, v in reasons.head(top).items()]
 
 
+EMPTY_COLUMNS = ["i", "case_id", "backend", "status", "worst", "env", "sig", "where"]
+
+
+def frame(records: list[dict]) -> tuple[pd.DataFrame, list]:
+    """The lean records as one frame (column ``i`` is the row's index), and their out samples beside it."""
+    samples = [rec.pop("sample", None) for rec in records]
+    for i, rec in enumerate(records):
+        rec["i"] = i
+    df = pd.DataFrame.from_records(records, columns=None if records else EMPTY_COLUMNS)
+    return df, samples
+
+
 @dataclass
 class ReportData:
     sources: list[tuple[str, int]]              # (path, rows read)
-    rows: list[dict]                            # the latest row per case and backend
-    df: pd.DataFrame
+    loaded: Loaded                              # reads a record's whole row again (``row_of``)
+    df: pd.DataFrame                            # one line per latest row of a case and backend; ``i`` its index
+    samples: list                               # per row: (positions key, out values) or None
     superseded: int
     counts: pd.DataFrame
     statuses: list[str]
@@ -168,18 +140,31 @@ class ReportData:
     timing: dict
     unsupported: list
     verdict: Verdict                            # the same verdict the CLI gives these rows
+    extras: Extras
+    findings: list                              # findings.Finding, most cases first
+    scoreboard: list                            # scoreboard.Line per backend
+    no_kernel: bool                             # no real kernel was verified: the harness alone was
     baseline: dict | None = None                # see baseline.diff_against
     drill: list[int] = field(default_factory=list)    # row indices that get a drill-down
     drill_total: int = 0                        # failing rows (drill-downs may be capped)
 
+    def row_of(self, i: int) -> dict:
+        """The whole row behind frame line ``i``, read again from its file."""
+        return self.loaded.row(self.df.at[i, "where"])
+
 
 def collect(paths) -> ReportData:
-    per_file = [(str(p), read([p])) for p in paths]
-    rows, superseded = latest([r for _, rs in per_file for r in rs])
-    df = frame(rows)
-    return ReportData(sources=[(p, len(rs)) for p, rs in per_file], rows=rows, df=df, superseded=superseded,
-                      counts=counts(df), statuses=status_columns(df), env=environment(rows),
-                      timing=timing(df), unsupported=unsupported_reasons(df), verdict=verdict_of(rows))
+    extras = Extras()
+    loaded = load(paths, keep=extras)
+    verdict = verdict_of(loaded.records)
+    df, samples = frame(loaded.records)
+    loaded.records = []                         # the frame holds them now
+    found = findings_mod.cluster(df[df["sig"].notna()].to_dict("records") if len(df) else [])
+    return ReportData(sources=loaded.sources, loaded=loaded, df=df, samples=samples, superseded=loaded.superseded,
+                      counts=counts(df), statuses=status_columns(df), env=environment(df, extras),
+                      timing=timing(df), unsupported=unsupported_reasons(df), verdict=verdict, extras=extras,
+                      findings=found, scoreboard=scoreboard.lines(df, extras.kernels, found),
+                      no_kernel=scoreboard.no_kernel_verified(df))
 
 
 def choose_drilldowns(df: pd.DataFrame, limit: int) -> tuple[list[int], int]:

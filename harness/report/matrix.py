@@ -8,82 +8,96 @@ is a disagreement the oracle comparison may or may not also show.
 """
 
 import math
-import statistics
+import warnings
+
+import numpy as np
 
 from ..tolerances import TOLERANCES
+from .fold import fold
+from .rows import sample
 from .text import esc, ratio
 
-FILTER_JS = ("for(const t of document.querySelectorAll('#matrix tbody tr'))"
-             "t.hidden=this.checked&amp;&amp;t.dataset.dis==='0'")
+SHOWN = 40          # matrix lines shown before "show all"
+MAX_LINES = 2000    # lines the file holds: the disagreements first (a 100,000-row run has 20,000 cases)
+FILTER_JS = "const t=this.closest('.panel').querySelector('table');t.dataset.only=this.checked?'1':'0';refold(t)"
 CSS = ("#matrix td.c{text-align:center;white-space:nowrap}#matrix td.c small{display:block;color:#666}"
        "#matrix tr.dis td:first-child{font-weight:600}#matrix .xdis{color:#a3151b;font-weight:600}")
 
 
-def _samples(row: dict):
-    s = (row.get("metrics") or {}).get("out_sample") if isinstance(row.get("metrics"), dict) else None
-    if not isinstance(s, dict) or not s.get("values"):
-        return None
-    return tuple(s.get("positions") or ()), [float(v) for v in s["values"]]
+def spread_of(samples: dict, dtype) -> dict[str, float]:
+    """Per backend of one case: its largest distance from the backends' median, over the out bound.
+
+    ``samples``: backend -> (positions key, out values at those positions), as ``rows.sample`` gives.
+    """
+    if len(samples) < 2 or len({s[0] for s in samples.values()}) != 1:
+        return {}
+    if len({len(s[1]) for s in samples.values()}) != 1:
+        return {}
+    bound = TOLERANCES.get(dtype)
+    if bound is None:
+        return {}
+    values = np.array([s[1] for s in samples.values()], dtype=float)       # backends x positions
+    nan = np.isnan(values)
+    with warnings.catch_warnings():        # a position where every backend gave NaN has a NaN median
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median = np.nanmedian(values, axis=0) if nan.any() else np.median(values, axis=0)
+    far = np.abs(values - median) / (bound.out.atol + bound.out.rtol * np.abs(median))
+    # NaN where the others agree on a number (or a number where they agree on NaN): infinitely far
+    median_nan = np.broadcast_to(np.isnan(median), values.shape)
+    far = np.where(nan != median_nan, np.inf, np.where(nan | median_nan, 0.0, far))
+    return {b: float(w) for b, w in zip(samples, far.max(axis=1))}
 
 
 def spread(rows: list[dict]) -> dict[str, float]:
-    """Per backend of one case: its largest distance from the backends' median, over the out bound."""
-    sampled = {r.get("backend"): _samples(r) for r in rows if r.get("status") in ("pass", "fail")}
-    sampled = {b: s for b, s in sampled.items() if s is not None}
-    if len(sampled) < 2 or len({s[0] for s in sampled.values()}) != 1:
-        return {}
-    bound = TOLERANCES.get(rows[0].get("dtype"))
-    if bound is None:
-        return {}
-    atol, rtol = bound.out.atol, bound.out.rtol
-    columns = list(zip(*(s[1] for s in sampled.values())))
-    medians = [statistics.median(c) for c in columns]
-    out = {}
-    for backend, (_, values) in sampled.items():
-        worst = 0.0
-        for v, m in zip(values, medians):
-            if math.isnan(v) or math.isnan(m):      # NaN where the others agree on a number: infinitely far
-                if math.isnan(v) != math.isnan(m):
-                    worst = math.inf
-                continue
-            worst = max(worst, abs(v - m) / (atol + rtol * abs(m)))
-        out[backend] = worst
-    return out
+    """``spread_of`` over whole rows of one case (pass or fail rows with an out sample)."""
+    samples = {r.get("backend"): sample(r) for r in rows}
+    samples = {b: s for b, s in samples.items() if s is not None}
+    return spread_of(samples, rows[0].get("dtype")) if rows else {}
+
+
+def _cell(rec, dev) -> str:
+    if rec is None:
+        return '<td class="c">–'
+    w, d = rec["worst"], dev.get(rec["backend"])
+    x = f'<small class="{"xdis" if d is not None and d > 1 else ""}">vs kernels {ratio(d)}</small>' \
+        if d is not None else ""
+    err = f"<small>oracle {ratio(w)}</small>" if not math.isnan(w) else ""
+    return f'<td class="c"><span class="st s-{esc(rec["status"])}">{esc(rec["status"])}</span>{err}{x}'
 
 
 def section(data) -> str:
-    backends = list(dict.fromkeys(r.get("backend") for r in data.rows))
+    df = data.df
+    backends = list(dict.fromkeys(df["backend"])) if len(df) else []
     if len(backends) < 2:
         return ""
-    by_case = {}
-    for r in data.rows:
-        by_case.setdefault(r["case_id"], {})[r.get("backend")] = r
-    worst = dict(zip(zip(data.df["case_id"], data.df["backend"]), data.df["worst"]))
-    lines, disagreeing = [], 0
+    cols = ["i", "case_id", "backend", "status", "worst", "dtype"]
+    by_case: dict[str, dict] = {}
+    for rec in df[cols].to_dict("records"):
+        by_case.setdefault(rec["case_id"], {})[rec["backend"]] = rec
+    dis_lines, agree_lines = [], []
     for case_id, cells in by_case.items():
-        dev = spread(list(cells.values()))
+        samples = {b: data.samples[r["i"]] for b, r in cells.items() if data.samples[r["i"]] is not None}
+        dev = spread_of(samples, next(iter(cells.values()))["dtype"])
         statuses = {r["status"] for r in cells.values()} - {"unsupported"}
         dis = len(statuses) > 1 or any(v > 1 for v in dev.values())
-        disagreeing += dis
-        tds = []
-        for b in backends:
-            r = cells.get(b)
-            if r is None:
-                tds.append('<td class="c">–')
-                continue
-            w = worst.get((case_id, b))
-            d = dev.get(b)
-            x = f'<small class="{"xdis" if d is not None and d > 1 else ""}">vs kernels {ratio(d)}</small>' \
-                if d is not None else ""
-            err = f"<small>oracle {ratio(w)}</small>" if w is not None and not math.isnan(w) else ""
-            tds.append(f'<td class="c"><span class="st s-{esc(r["status"])}">{esc(r["status"])}</span>{err}{x}')
-        lines.append(f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"><td>{esc(case_id)}' + "".join(tds)
-                     + "</tr>")
+        line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"><td>{esc(case_id)}'
+                + "".join(_cell(cells.get(b), dev) for b in backends) + "</tr>")
+        (dis_lines if dis else agree_lines).append(line)
+    lines = (dis_lines + agree_lines)[:MAX_LINES]
+    any_failed = df["status"].isin(("fail", "error", "crash", "timeout", "harness_error")).any()
+    only = bool(any_failed and dis_lines)      # where a backend failed, the disagreements are the news
+    if only:     # the file opens filtered: the agreeing lines are hidden until the box is cleared
+        lines = [ln.replace("<tr", "<tr hidden", 1) if 'data-dis="0"' in ln else ln for ln in lines]
+    left_out = len(by_case) - len(lines)
+    note = (f'<span class="meta">{left_out:,} agreeing case(s) are left out of this file (at most {MAX_LINES:,} '
+            f'lines, the disagreements first); the case table has every row.</span>' if left_out > 0 else "")
     head = "".join(f"<th>{esc(b)}" for b in backends)
+    checked = " checked" if only else ""
+    table = fold(f'<table data-only="{int(only)}"><thead><tr><th>case{head}</thead>', lines, SHOWN, "case(s)", note)
     return (f'<div class="panel" id="matrix"><style>{CSS}</style><h2>Cases x backends</h2>'
-            f'<p class="meta">{len(by_case)} case(s) on {len(backends)} backend(s); {disagreeing} where the backends '
-            f"disagree (different statuses, or a kernel further than its out bound from the other kernels at 64 "
-            f"sampled positions). Per cell: status, worst error over bound against the oracle, and distance from "
-            f"the kernels' median over the bound. "
-            f'<label><input type="checkbox" onchange="{FILTER_JS}"> only where they disagree</label></p>'
-            f'<table><thead><tr><th>case{head}</thead><tbody>{"".join(lines)}</tbody></table></div>')
+            f'<p class="meta">{len(by_case):,} case(s) on {len(backends)} backend(s); {len(dis_lines):,} where the '
+            f"backends disagree (different statuses, or a kernel further than its out bound from the other kernels "
+            f"at 64 sampled positions). Per cell: status, worst error over bound against the oracle, and distance "
+            f"from the kernels' median over the bound. "
+            f'<label><input type="checkbox" id="only-dis" onchange="{FILTER_JS}"{checked}> only where they disagree'
+            f'</label></p>{table}</div>')

@@ -1,8 +1,9 @@
-"""The page: header and verdict, summary panels, the case table, then the drill-downs.
+"""The page: the first screen (``lead``: verdict, time, scoreboard, findings), then the counts,
+baseline, matrix and environment, the case table, and the drill-downs.
 
-The case table is one lean line per row (10,000 rows stay a few MB): metric
-cells carry their bar as two CSS gradients and the value to sort by in
-``data-v``; no per-cell tooltip or chart.
+The case table is one lean line per row: metric cells carry their bar as two CSS
+gradients and the value to sort by in ``data-v``; no per-cell tooltip or chart.  It holds
+the worst ``TABLE_ROWS`` rows and lays out ``PAGE`` of them at a time.
 """
 
 import math
@@ -11,11 +12,12 @@ import time
 from ..checks import BY_TENSOR, TENSORS
 from ..status import Status
 from ..summary import verified_backends
-from . import bench, drilldown, matrix, svg
+from . import bench, drilldown, lead, matrix, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
 from .build import BAD, ReportData
-from .text import esc, ratio, seconds
+from .fold import fold
+from .text import esc, ratio
 
 STATUS_HELP = {
     Status.PASS: "every check within its bound", Status.FAIL: "a check out of bounds",
@@ -32,16 +34,20 @@ def verdict(data: ReportData) -> str:
 
 
 def _header(data: ReportData, title: str) -> str:
-    v = verdict(data)
-    src = ", ".join(f"{esc(p)} ({n} rows)" for p, n in data.sources)
+    src = ", ".join(f"{esc(p)} ({n:,} rows)" for p, n in data.sources)
     sup = (f" · {data.superseded} earlier row(s) superseded by a later row of the same case and backend"
            if data.superseded else "")
-    verified = "; ".join(verified_backends(data.rows)) or "nothing"
-    selection = sorted({note for r in data.rows for note in (r.get("selection") or [])})
-    auto = "".join(f"<li>{esc(n)}</li>" for n in selection)
-    return (f'<header><h1>{esc(title)}</h1><span class="verdict v-{v.split()[0]}" id="verdict">{v}</span>'
+    return (f'<header><h1>{esc(title)}</h1>{lead.verdict_badge(data)}'
             f'<span class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {src}{sup}</span></header>'
-            f'<p class="meta" id="verified">verified: {esc(verified)}</p>'
+            + lead.times(data))
+
+
+def _verified(data: ReportData) -> str:
+    """Every backend's package, version and API form, and how auto chose them."""
+    verified = "; ".join(verified_backends([{"backend": b, "backend_info": info}
+                                            for b, info in data.extras.infos.items()])) or "nothing"
+    auto = "".join(f"<li>{esc(n)}</li>" for n in sorted(data.extras.selection))
+    return (f'<p class="meta" id="verified">verified: {esc(verified)}</p>'
             + (f'<details class="meta" id="selection"><summary>how auto chose</summary><ul>{auto}</ul></details>'
                if auto else ""))
 
@@ -54,14 +60,7 @@ def _cards(data: ReportData) -> str:
         n = int(total.get(s, 0)) if len(data.df) else 0
         out.append(f'<div class="card{"" if n else " zero"}" style="--c:var(--{esc(s)},#888)" data-s="{esc(s)}" '
                    f'data-n="{n}" title="{esc(STATUS_HELP.get(s, ""))}"><b>{n:,}</b><span>{esc(s)}</span></div>')
-    t = data.timing
-    rate = f"{t['cases_per_second']:.1f} cases/s" if not math.isnan(t["cases_per_second"]) else "–"
-    med = f", median {t['kernel_median_ms']:.3g} ms per call" if not math.isnan(t["kernel_median_ms"]) else ""
-    out.append(f'<div class="card" style="--c:#1f5fa8" id="runtime"><b>{seconds(t["seconds"])}</b>'
-               f'<span>run time · {rate}</span></div></div>'
-               f'<p class="meta">Run time is the sum of the cases\' wall time (rows carry no run start or end); '
-               f'kernel time {t["kernel_s"]:.3g} s{med}.</p>')
-    return "".join(out)
+    return "".join(out) + "</div>"
 
 
 def _stack(counts: dict, total: int) -> str:
@@ -81,8 +80,8 @@ def _counts_table(data: ReportData) -> str:
         cells = "".join(f'<td class="n{"" if n else " z"}" data-s="{esc(s)}">{n if n else "·"}' for s, n in c.items())
         body.append(f'<tr data-g="{esc("|".join(map(str, key)))}">' + "".join(f"<td>{esc(k)}" for k in key)
                     + cells + f"<td>{_stack(c, sum(c.values()))}</tr>")
-    return ('<table id="counts"><thead><tr><th>suite<th>backend<th>mode<th>dtype' + head + '<th></thead><tbody>'
-            + "".join(body) + "</tbody></table>")
+    return fold('<table id="counts"><thead><tr><th>suite<th>backend<th>mode<th>dtype' + head + '<th></thead>',
+                body, FOLD, "lines")
 
 
 def _env_table(data: ReportData) -> str:
@@ -124,7 +123,9 @@ def _baseline(data: ReportData) -> str:
             f'{b["factor"]:g}× to at least {b["floor"]:g} of its bound.</p><p>{chips}</p>{gone}</div>')
 
 
-PAGE = 500   # table rows laid out at once: 10,000 laid-out rows take seconds to render and filter
+FOLD = 30          # lines of a summary table shown before "show all"
+PAGE = 50          # case table rows laid out at once; "show more" lays out the next 50
+TABLE_ROWS = 5000  # rows the file holds, worst first: 100,000 rows at ~550 bytes each were 46 MB of HTML
 
 METRIC_COLUMNS = [   # (frame column, header, header tooltip)
     ("out_ratio", "out<br>|err|/bound", "out: worst |err| / (atol + rtol·|expected|)"),
@@ -191,7 +192,8 @@ def _case_table(data: ReportData) -> str:
     with_mark = data.baseline is not None
     with_backend = data.df["backend"].nunique() > 1 if len(data.df) else False   # one backend: see Environment
     drill = set(data.drill)
-    records = _order(data.df).to_dict("records") if len(data.df) else []
+    ordered = _order(data.df) if len(data.df) else data.df
+    records = ordered.head(TABLE_ROWS).to_dict("records") if len(data.df) else []
     chips = "".join(f'<button class="chip" data-s="{esc(s)}" aria-pressed="true" style="--c:var(--{esc(s)},#888)">'
                     f'<i></i>{esc(s)}</button>' for s in data.statuses if (data.df["status"] == s).any())
     marks = ""
@@ -212,6 +214,10 @@ def _case_table(data: ReportData) -> str:
     rest = (f'<template id="rest">{"".join(lines[PAGE:])}</template><p class="note" id="nojs">The table shows the '
             f'first {PAGE} of {len(lines)} rows, worst first; the page script shows the rest.</p>'
             if len(lines) > PAGE else "")
+    if len(data.df) > len(lines):
+        rest += (f'<p class="note" id="table-cap">This file holds the worst {len(lines):,} of {len(data.df):,} rows; '
+                 f'the other {len(data.df) - len(lines):,} ({_statuses(ordered.iloc[len(lines):])}) are in the '
+                 f'results file, and every row is counted above.</p>')
     return (f'<h2 id="cases">Cases</h2><div class="tools"><input type="search" id="q" placeholder="filter: words in '
             f'id, dtype, reason…">{chips}{marks}<span id="shown"></span><button id="more" class="chip" hidden>'
             f'show {PAGE} more</button></div>'
@@ -219,6 +225,10 @@ def _case_table(data: ReportData) -> str:
             f'bound. Click a header to sort, a case id to open its drill-down; click a rerun command to select it.</p>'
             f'<div class="tablewrap"><table id="cases-t" data-page="{PAGE}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(lines[:PAGE])}</tbody></table></div>{rest}')
+
+
+def _statuses(df) -> str:
+    return ", ".join(f"{n:,} {s}" for s, n in df["status"].value_counts().items())
 
 
 def _drilldowns(data: ReportData) -> str:
@@ -230,18 +240,20 @@ def _drilldowns(data: ReportData) -> str:
         note = (f'<p class="note" id="drill-cap">Showing {len(data.drill)} of {data.drill_total} failing cases '
                 f'(new failures first, then by error over bound); all are in the table. '
                 f'<code>--max-drilldowns N</code> shows more.</p>')
-    parts = [drilldown.render(i, data.rows[i], by_i.loc[i].to_dict()) for i in data.drill]
+    parts = [drilldown.render(i, data.row_of(i), by_i.loc[i].to_dict()) for i in data.drill]
     return f'<h2 id="failures">Failing cases</h2>{note}' + "".join(parts)
 
 
 def render(data: ReportData, title: str = "mla-verify report") -> str:
     summary = (f'<div class="panels"><div class="panel"><h2>By suite, backend, mode and dtype</h2>'
                f'{_counts_table(data)}{_unsupported(data)}</div><div class="panel"><h2>Environment</h2>'
-               f'{_env_table(data)}</div></div>')
+               f'{_verified(data)}{_env_table(data)}</div></div>')
+    # the first screen answers "what is wrong, and where do I start": verdict, time, scoreboard, findings
+    first = _header(data, title) + lead.scoreboard(data) + lead.findings(data)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>{esc(title)}: {verdict(data)}</title><style>{CSS}</style></head><body><main>"
-            + _header(data, title) + _cards(data) + _baseline(data) + summary + matrix.section(data)
-            + bench.section(data.rows)
+            + first + _cards(data) + _baseline(data) + matrix.section(data) + summary
+            + bench.section(data.extras.bench)
             + _case_table(data)
             + _drilldowns(data) + f"</main><div id='tip'></div><script>{JS}</script></body></html>")

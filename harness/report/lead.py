@@ -1,0 +1,94 @@
+"""The first screen: what is wrong and where to start.  The verdict, the run's time, the backend
+scoreboard and the findings, each finding with the command that reruns its smallest case."""
+
+import math
+
+from .fold import fold
+from .text import esc, ratio, seconds
+
+SHOWN_FINDINGS = 8       # the rest fold away: the first screen keeps the scoreboard and the top findings
+
+COPY = "copyCmd(this)"   # assets.JS: the command beside the button onto the clipboard
+
+
+def verdict_badge(data) -> str:
+    """The verdict, neutral rather than green where no real kernel was verified."""
+    name = data.verdict.name
+    if data.no_kernel and name == "PASSED":
+        return ('<span class="verdict v-HARNESS" id="verdict" title="only the pure-PyTorch torch backend, the '
+                'reference or mutants ran: the harness was checked, no kernel was">PASSED: harness only, no kernel '
+                'verified</span>')
+    badge = f'<span class="verdict v-{name.split()[0]}" id="verdict">{esc(name)}</span>'
+    if data.no_kernel and name == "FAILED":
+        badge += '<span class="verdict v-HARNESS" id="harness-only">harness only, no kernel verified</span>'
+    return badge
+
+
+def times(data) -> str:
+    """Wall clock and summed case time, each under its own name: they differ with workers and start-up."""
+    t = data.timing
+    if t["stamped"]:
+        partial = f" ({t['stamped']:,} of {t['cases']:,} rows carry stamps)" if t["stamped"] < t["cases"] else ""
+        wall = (f'<b>{seconds(t["wall_s"])}</b> wall clock, first case start to last case end{partial}'
+                + (f' · {t["cases_per_second"]:.1f} cases/s' if not math.isnan(t["cases_per_second"]) else ""))
+    else:
+        wall = "wall clock: not recorded (the rows carry no start or end time)"
+    med = f", median {t['kernel_median_ms']:.3g} ms a call" if not math.isnan(t["kernel_median_ms"]) else ""
+    return (f'<p class="times" id="runtime">{wall} · <b>{seconds(t["summed_s"])}</b> summed case time '
+            f'(each case\'s wall_s added up: cases on parallel workers overlap, start-up is not counted) · '
+            f'kernel {t["kernel_s"]:.3g} s summed{med}</p>')
+
+
+def _worst(line) -> str:
+    if math.isnan(line.worst):
+        return "–"
+    hot = " hot" if line.worst > 1 else ""
+    return f'<span class="wr{hot}" title="{esc(line.worst_case)}">{ratio(line.worst)}×</span>'
+
+
+def scoreboard(data) -> str:
+    lines = []
+    for ln in data.scoreboard:
+        c = ln.counts
+        tag = ' <span class="tag">harness only</span>' if ln.harness_only else ""
+        cells = "".join(f'<td class="n{"" if c[k] else " z"}" data-k="{k}">{c[k]:,}'
+                        for k in ("pass", "fail", "unsupported", "crash"))
+        lines.append(f'<tr data-backend="{esc(ln.backend)}"><td><b>{esc(ln.backend)}</b>{tag}<td>{esc(ln.kernel)}'
+                     f'{cells}<td class="n">{ln.findings}<td class="n">{_worst(ln)}</tr>')
+    return ('<section id="scoreboard"><table class="board"><thead><tr><th>backend<th>package and version'
+            '<th>pass<th>fail<th>unsupported<th title="crash, error, timeout or harness_error">crash / error'
+            '<th>findings<th title="the largest error over its bound of any check and case">worst err/bound'
+            f'</thead><tbody>{"".join(lines)}</tbody></table></section>')
+
+
+def _finding(f, k: int) -> str:
+    rec = f.smallest
+    shape = (f'b={_int(rec.get("batch_size"))} h={_int(rec.get("heads"))} s_q={_int(rec.get("s_q"))} '
+             f'longest {_int(rec.get("max_seqlen"))}')
+    cmd = rec.get("rerun") or ""
+    rerun = (f'<code class="cmd">{esc(cmd)}</code><button type="button" class="copy" onclick="{COPY}">copy</button>'
+             if cmd else '<span class="meta">no rerun command recorded</span>')
+    return (f'<tr class="finding" id="f{k}" data-backend="{esc(f.backend)}" data-kind="{esc(f.kind)}">'
+            f'<td class="n"><b>{f.cases:,}</b><td><b>{esc(f.backend)}</b><td><span class="ev">{esc(f.evidence)}</span>'
+            f'<small>smallest: <a href="#cases" title="{esc(shape)}">{esc(rec["case_id"])}</a> ({esc(shape)})</small>'
+            f'<div class="rr">{rerun}</div></tr>')
+
+
+def _int(v) -> str:
+    try:
+        return str(int(v))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def findings(data) -> str:
+    if not data.findings:
+        return ('<section id="findings"><h2>Findings</h2><p class="meta">No failing case: nothing to report.</p>'
+                '</section>')
+    n = sum(f.cases for f in data.findings)
+    rows = [_finding(f, k) for k, f in enumerate(data.findings)]
+    return (f'<section id="findings"><h2>Findings <span class="meta">{len(rows)} from {n:,} failing case(s), '
+            f'clustered by backend, failed check and pattern; most cases first</span></h2>'
+            + fold('<table class="findings"><thead><tr><th>cases<th>backend<th>evidence · smallest case · rerun'
+                   '</thead>', rows, SHOWN_FINDINGS, "finding(s)")
+            + "</section>")

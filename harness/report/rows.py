@@ -1,0 +1,158 @@
+"""Result rows read for the report: streamed line by line, one lean record kept per row.
+
+A row is a few KB of JSON (its metrics, an out sample, diagnostics when it failed); 100,000 of
+them as dicts took 2.5 GB.  So each line is parsed, reduced to the scalars the page needs
+(``lean``), and dropped; the few whole rows the page draws from (drill-downs, bench rows)
+are read again by their byte offset.  A file with a line this fast path cannot take (a torn
+line, a fragment glued to a row, a line that is no result row) is read whole by
+``results.read_rows``, which warns or names the line, by the rule resume reads rows by.
+"""
+
+import json
+import math
+import sys
+from array import array
+from dataclasses import dataclass, field
+
+from ..checks import TENSOR_NAMES, over_bound
+from ..errors import InputError
+from ..results import read_rows, row_problem
+
+
+def num(value) -> float:
+    """A metric as a float: rows spell inf/NaN as strings (JSON has neither); missing is NaN."""
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def row_key(row: dict) -> tuple:
+    """Rows match across files by case id and backend name (a plug-in's path may move)."""
+    return row["case_id"], row.get("backend") or row.get("backend_spec") or "?"
+
+
+def _text(value) -> str:
+    return sys.intern(str(value)) if value is not None else "?"
+
+
+def _max_seqlen(row: dict) -> float:
+    lens = row.get("seq_lens") or row.get("cache_seqlens")
+    return float(max(lens)) if isinstance(lens, list) and lens and all(isinstance(x, int) for x in lens) else math.nan
+
+
+def lean(row: dict) -> dict:
+    """The scalars of one row that the summary, scoreboard, findings, table and baseline diff read."""
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    backend = row_key(row)[1]
+    rec = {
+        "case_id": row["case_id"], "backend": _text(backend), "status": _text(row["status"]),
+        "suite": _text(row.get("suite") or row["case_id"].split("/")[0]), "group": row.get("group"),
+        "mode": _text(row.get("mode") or "?"), "dtype": _text(row.get("dtype") or "?"),
+        "batch_size": row.get("batch_size"), "heads": row.get("heads"), "s_q": row.get("s_q"),
+        "page_size": row.get("page_size"), "max_seqlen": _max_seqlen(row),
+        "reason": row.get("reason") or "", "rerun": row.get("rerun") or "",
+        "wall_s": num(row.get("wall_s")), "kernel_ms": num(row.get("kernel_ms")),
+        "has_diag": bool(row.get("diagnostics")), "cannot_hold": bool(row.get("cannot_hold")),
+        # when the case started and ended (Unix seconds), where the row records it
+        "started_at": num(row.get("started_at")), "finished_at": num(row.get("finished_at")),
+    }
+    for name in TENSOR_NAMES:
+        m = metrics.get(name)
+        rec[f"{name}_ratio"], rec[f"{name}_cos"] = over_bound(m) if isinstance(m, dict) else (math.nan, math.nan)
+    # the one number a row is sorted by: its largest error over bound, any check (inf for a NaN/inf mismatch)
+    scored = [v for k, v in rec.items() if k.endswith(("_ratio", "_cos")) and not math.isnan(v)]
+    rec["worst"] = max(scored, default=math.nan)
+    return rec
+
+
+def sample(row: dict):
+    """The row's out sample as (positions key, values), compact: only pass/fail rows have one worth keeping."""
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    s = metrics.get("out_sample")
+    if row.get("status") not in ("pass", "fail") or not isinstance(s, dict) or not s.get("values"):
+        return None
+    return hash(tuple(s.get("positions") or ())), array("d", (num(v) for v in s["values"]))
+
+
+@dataclass
+class Loaded:
+    """Every file's rows, reduced: records in the order of the latest row per case and backend."""
+
+    sources: list = field(default_factory=list)     # (path, rows read)
+    records: list = field(default_factory=list)     # lean(row) plus "where" and whatever ``keep`` added
+    superseded: int = 0
+    _whole: dict = field(default_factory=dict)      # (file, line) -> a row read whole (the slow path)
+
+    def row(self, where: tuple) -> dict:
+        """The whole row at ``where`` (a record's), read again from its file."""
+        if where in self._whole:
+            return self._whole[where]
+        path, offset = where
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return json.loads(f.readline())
+
+
+def _fast(path):
+    """(offset, row) per line, streamed; raises ``_Slow`` at a line that is not a whole result row."""
+    offset = 0
+    with open(path, "rb") as f:
+        for line in f:
+            start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            if not line.endswith(b"\n"):       # a last line without its newline: read_rows judges it
+                raise _Slow
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise _Slow from None
+            if row_problem(row) is not None:    # read_rows names the line and why, as resume does
+                raise _Slow
+            yield start, row
+
+
+class _Slow(Exception):
+    """A line the streaming reader leaves to ``results.read_rows`` (torn, glued, not JSON)."""
+
+
+def _reduce(path, keep, loaded: "Loaded") -> list[dict]:
+    """Lean records of one file: streamed, or read whole where a line needs ``read_rows``'s judgement."""
+    def record(row, where):
+        rec = lean(row)
+        rec["where"] = where
+        if keep is not None:
+            keep(row, rec)
+        return rec
+    try:
+        return [record(row, (path, offset)) for offset, row in _fast(path)]
+    except _Slow:
+        pass
+    except OSError as e:
+        raise InputError(f"cannot read results file {path}: {e.strerror or e}") from None
+    records = []
+    for n, row in enumerate(read_rows(path), 1):      # warns on a torn line, raises on a bad one
+        rec = record(row, (path, -n))
+        loaded._whole[rec["where"]] = row
+        records.append(rec)
+    return records
+
+
+def load(paths, keep=None) -> Loaded:
+    """Read results files into lean records, the latest row of each case and backend.
+
+    ``keep(row, rec)`` may add more to a record while its whole row is at hand.
+    """
+    loaded, by_key = Loaded(), {}
+    for path in map(str, paths):
+        records = _reduce(path, keep, loaded)
+        loaded.sources.append((path, len(records)))
+        for rec in records:
+            key = (rec["case_id"], rec["backend"])
+            loaded.superseded += by_key.pop(key, None) is not None    # re-insert: order follows the latest row
+            by_key[key] = rec
+    loaded.records = list(by_key.values())
+    return loaded
