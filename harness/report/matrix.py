@@ -24,28 +24,53 @@ CSS = ("#matrix td.c{text-align:center;white-space:nowrap}#matrix td.c small{dis
        "#matrix tr.dis td:first-child{font-weight:600}#matrix .xdis{color:#a3151b;font-weight:600}")
 
 
+def _far(values: np.ndarray, dtype) -> np.ndarray | None:
+    """(cases, backends, positions) out samples -> (cases, backends): each backend's largest distance from
+    the backends' median over the out bound; None for a dtype without a bound."""
+    bound = TOLERANCES.get(dtype)
+    if bound is None:
+        return None
+    nan = np.isnan(values)
+    with warnings.catch_warnings():        # a position where every backend gave NaN has a NaN median
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median = np.nanmedian(values, axis=1, keepdims=True) if nan.any() else np.median(values, axis=1,
+                                                                                            keepdims=True)
+        far = np.abs(values - median) / (bound.out.atol + bound.out.rtol * np.abs(median))
+    # NaN where the others agree on a number (or a number where they agree on NaN): infinitely far
+    median_nan = np.broadcast_to(np.isnan(median), values.shape)
+    far = np.where(nan != median_nan, np.inf, np.where(nan | median_nan, 0.0, far))
+    return far.max(axis=2)
+
+
 def spread_of(samples: dict, dtype) -> dict[str, float]:
     """Per backend of one case: its largest distance from the backends' median, over the out bound.
 
     ``samples``: backend -> (positions key, out values at those positions), as ``rows.sample`` gives.
     """
-    if len(samples) < 2 or len({s[0] for s in samples.values()}) != 1:
+    if len(samples) < 2 or len({(s[0], len(s[1])) for s in samples.values()}) != 1:
         return {}
-    if len({len(s[1]) for s in samples.values()}) != 1:
-        return {}
-    bound = TOLERANCES.get(dtype)
-    if bound is None:
-        return {}
-    values = np.array([s[1] for s in samples.values()], dtype=float)       # backends x positions
-    nan = np.isnan(values)
-    with warnings.catch_warnings():        # a position where every backend gave NaN has a NaN median
-        warnings.simplefilter("ignore", RuntimeWarning)
-        median = np.nanmedian(values, axis=0) if nan.any() else np.median(values, axis=0)
-    far = np.abs(values - median) / (bound.out.atol + bound.out.rtol * np.abs(median))
-    # NaN where the others agree on a number (or a number where they agree on NaN): infinitely far
-    median_nan = np.broadcast_to(np.isnan(median), values.shape)
-    far = np.where(nan != median_nan, np.inf, np.where(nan | median_nan, 0.0, far))
-    return {b: float(w) for b, w in zip(samples, far.max(axis=1))}
+    far = _far(np.array([[s[1] for s in samples.values()]], dtype=float), dtype)
+    return {} if far is None else {b: float(w) for b, w in zip(samples, far[0])}
+
+
+def spreads(by_case: dict, samples: list) -> dict[str, dict]:
+    """``spread_of`` for every case at once: cases with the same backends, positions and dtype are one block."""
+    blocks: dict[tuple, list] = {}
+    for case_id, cells in by_case.items():
+        have = {b: samples[r["i"]] for b, r in cells.items() if samples[r["i"]] is not None}
+        if len(have) < 2 or len({(s[0], len(s[1])) for s in have.values()}) != 1:
+            continue
+        first = next(iter(have.values()))
+        key = (tuple(have), first[0], len(first[1]), next(iter(cells.values()))["dtype"])
+        blocks.setdefault(key, []).append((case_id, [s[1] for s in have.values()]))
+    out = {}
+    for (backends, _, _, dtype), cases in blocks.items():
+        far = _far(np.array([v for _, v in cases], dtype=float), dtype)
+        if far is None:
+            continue
+        for (case_id, _), line in zip(cases, far.tolist()):
+            out[case_id] = dict(zip(backends, line))
+    return out
 
 
 def spread(rows: list[dict]) -> dict[str, float]:
@@ -75,9 +100,9 @@ def section(data) -> str:
     for rec in df[cols].to_dict("records"):
         by_case.setdefault(rec["case_id"], {})[rec["backend"]] = rec
     dis_lines, agree_lines = [], []
+    devs = spreads(by_case, data.samples)
     for case_id, cells in by_case.items():
-        samples = {b: data.samples[r["i"]] for b, r in cells.items() if data.samples[r["i"]] is not None}
-        dev = spread_of(samples, next(iter(cells.values()))["dtype"])
+        dev = devs.get(case_id, {})
         statuses = {r["status"] for r in cells.values()} - {"unsupported"}
         dis = len(statuses) > 1 or any(v > 1 for v in dev.values())
         line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"><td>{esc(case_id)}'

@@ -1,0 +1,184 @@
+"""The report's first screen, from real runs: the smoke suite on the torch backend and shipped mutants
+(a failing multi-backend file), and on the torch backend alone (a CPU-only file).
+
+Checked on the HTML's text (no browser): the verdict, scoreboard and findings come before the tables;
+each finding clusters its rows and reruns its smallest case; the scoreboard's counts match the rows;
+a run with no real kernel gets the neutral badge; the matrix opens on the disagreements; time is labelled.
+A headless Chromium, where installed, checks that the scoreboard and first finding are on the first screen.
+"""
+
+import json
+import random
+import re
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from harness.cli import main as cli
+from harness.report import write_report
+from harness.report.findings import size
+from harness.report.text import seconds
+from harness.results import read_rows
+
+MUTANTS = ("lse_base2", "causal_plus_one")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lead")
+    multi, cpu = d / "multi.jsonl", d / "cpu.jsonl"
+    backends = ",".join(["torch", *(f"mutant:{m}" for m in MUTANTS)])
+    for spec, path, want in ((backends, multi, 1), ("torch", cpu, 0)):
+        code = cli(["run", "--suite", "smoke", "--backend", spec, "--workers", "0", "--no-progress",
+                    "--out", str(path)])
+        assert code == want, spec
+    reports = {}
+    for name, path in (("multi", multi), ("cpu", cpu)):
+        out, data = write_report([path], d / f"{name}.html")
+        reports[name] = (path, out.read_text(encoding="utf-8"), data)
+    return d, reports
+
+
+def position(html: str, element_id: str) -> int:
+    at = html.find(f'id="{element_id}"')
+    assert at >= 0, f"no element #{element_id}"
+    return at
+
+
+@pytest.mark.parametrize("name", ["multi", "cpu"])
+def test_verdict_scoreboard_and_findings_come_before_the_tables(files, name):
+    _, reports = files
+    _, html, _ = reports[name]
+    lead = [position(html, i) for i in ("verdict", "runtime", "scoreboard", "findings")]
+    assert lead == sorted(lead)
+    tables = [position(html, i) for i in ("totals", "counts", "env", "cases-t")]
+    if name == "multi":
+        lead.append(position(html, "f0"))               # the first finding itself
+        tables.append(position(html, "matrix"))
+    assert max(lead) < min(tables)
+
+
+def test_findings_cluster_the_failing_rows_and_rerun_the_smallest(files):
+    _, reports = files
+    path, html, data = reports["multi"]
+    rows = read_rows(path)
+    failing = [r for r in rows if r["status"] != "pass"]
+    assert failing
+    assert sum(f.cases for f in data.findings) == len(failing)          # every failing row is in one finding
+    for f in data.findings:
+        assert f.backend.startswith("mutant:")                           # the torch backend passes
+        mine = [r for r in data.df.to_dict("records") if r["backend"] == f.backend and r["status"] != "pass"]
+        assert size(f.smallest) == min(size(r) for r in mine)
+        assert f.smallest["rerun"] and f.smallest["rerun"] in html
+    lse = [f for f in data.findings if f.backend == "mutant:lse_base2"]
+    assert len(lse) == 1 and lse[0].cases == sum(r["backend"] == "mutant:lse_base2" for r in failing)
+    assert re.search(r"LSE over its bound by [\d.,]+-[\d.,]+x", lse[0].evidence)
+    assert html.count('class="copy"') == len(data.findings)
+
+
+def test_scoreboard_counts_match_the_rows(files):
+    _, reports = files
+    path, _, data = reports["multi"]
+    rows = read_rows(path)
+    for line in data.scoreboard:
+        got = Counter(r["status"] for r in rows if r["backend"] == line.backend)
+        assert line.counts["pass"] == got["pass"] and line.counts["fail"] == got["fail"]
+        assert line.counts["unsupported"] == got["unsupported"]
+        assert line.findings == sum(f.backend == line.backend for f in data.findings)
+        info = next(r["backend_info"] for r in rows if r["backend"] == line.backend)
+        assert line.kernel == f"{info['package']} {info['version']}"
+        assert line.harness_only
+
+
+def test_no_real_kernel_gets_a_neutral_badge(files):
+    d, reports = files
+    path, html, _ = reports["cpu"]
+    assert re.search(r'class="verdict v-HARNESS" id="verdict"[^>]*>PASSED: harness only, no kernel verified<', html)
+    assert 'class="verdict v-PASSED"' not in html
+    _, multi, _ = reports["multi"]
+    assert 'id="verdict">FAILED<' in multi and 'id="harness-only"' in multi
+    # the same rows under a kernel's name: a plain green PASSED
+    renamed = d / "kernel.jsonl"
+    renamed.write_text("".join(json.dumps(dict(r, backend="my-kernel")) + "\n" for r in read_rows(path)))
+    out, data = write_report([renamed], d / "kernel.html")
+    assert not data.no_kernel
+    assert 'class="verdict v-PASSED" id="verdict">PASSED<' in out.read_text(encoding="utf-8")
+
+
+def test_the_matrix_opens_on_the_disagreements(files):
+    d, reports = files
+    path, _, _ = reports["multi"]
+    # without lse_base2 (it fails every case) some cases agree: causal_plus_one fails only on verify
+    some = d / "some.jsonl"
+    some.write_text("".join(json.dumps(r) + "\n" for r in read_rows(path) if r["backend"] != "mutant:lse_base2"))
+    out, _ = write_report([some], d / "some.html")
+    html = out.read_text(encoding="utf-8")
+    matrix = html[position(html, "matrix"):html.index("</table>", position(html, "matrix"))]
+    assert re.search(r'id="only-dis"[^>]* checked', matrix)
+    lines = re.findall(r"<tr([^>]*)>", matrix)[1:]                       # after the header
+    agreeing = [a for a in lines if 'data-dis="0"' in a]
+    assert agreeing and all("hidden" in a for a in agreeing)
+    assert any('data-dis="1"' in a and "hidden" not in a for a in lines)
+    assert 'id="matrix"' not in reports["cpu"][1]                         # one backend: no matrix
+
+
+def test_wall_clock_and_summed_time_each_have_their_label(files):
+    d, reports = files
+    path, html, data = reports["cpu"]
+    assert "wall clock: not recorded" in html and "summed case time" in html
+    rng = random.Random(29)
+    rows = read_rows(path)
+    start = 1.7e9 + rng.uniform(0, 1e6)
+    stamped = []
+    for r in rows:
+        begin = start + rng.uniform(0, 30)
+        stamped.append(dict(r, started_at=begin, finished_at=begin + rng.uniform(0.1, 5)))
+    f = d / "stamped.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in stamped))
+    out, data = write_report([f], d / "stamped.html")
+    wall = max(r["finished_at"] for r in stamped) - min(r["started_at"] for r in stamped)
+    assert data.timing["wall_s"] == pytest.approx(wall)
+    text = out.read_text(encoding="utf-8")
+    assert f"<b>{seconds(wall)}</b> wall clock, first case start to last case end" in text
+    assert f"<b>{seconds(sum(r['wall_s'] for r in rows))}</b> summed case time" in text
+
+
+def test_long_tables_fold(tmp_path, files):
+    _, reports = files
+    path, _, _ = reports["multi"]
+    rows = read_rows(path)
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as f:
+        for k in range(600):
+            r = rows[k % len(rows)]
+            f.write(json.dumps(dict(r, case_id=f"{r['case_id']}#{k // len(rows)}", suite=f"s{k % 40}")) + "\n")
+    out, _ = write_report([big], tmp_path / "big.html")
+    html = out.read_text(encoding="utf-8")
+    counts = html[position(html, "counts"):html.index("</table>", position(html, "counts"))]
+    lines = re.findall(r"<tr( hidden)? data-g=", counts)
+    assert len(lines) > 30 and sum(not h for h in lines) == 30           # 30 shown, the rest one click away
+    assert "show all" in html[position(html, "counts"):position(html, "cases-t")]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Debian chromium is not installed (apt-get install -y chromium)")
+@pytest.mark.parametrize("name", ["multi", "cpu"])
+def test_scoreboard_and_first_finding_are_on_the_first_screen(files, name):
+    """At 1400 x 900 in headless Chromium: the bottoms of the scoreboard and the first finding are above 900."""
+    d, reports = files
+    _, html, _ = reports[name]
+    first = "f0" if name == "multi" else "findings"                    # no failure: the findings' "nothing" line
+    probe = ("<script>addEventListener('load',()=>{const b=i=>document.getElementById(i).getBoundingClientRect()"
+             f".bottom;document.title=JSON.stringify({{board:b('scoreboard'),first:b('{first}')}});}});</script>")
+    page = d / f"{name}-probe.html"
+    page.write_text(html.replace("</body>", probe + "</body>"), encoding="utf-8")
+    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={d / ('profile-' + name)}", "--window-size=1400,900",
+                           "--hide-scrollbars", "--dump-dom", f"file://{page}"],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r"<title>(\{.*?\})</title>", proc.stdout)
+    assert found, proc.stderr[-2000:]
+    box = json.loads(found.group(1))
+    assert 0 < box["board"] <= 900 and 0 < box["first"] <= 900, box
