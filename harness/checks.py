@@ -18,6 +18,8 @@ from enum import StrEnum
 class Kind(StrEnum):
     """How a compared tensor can fail, in the order a failure line reports them."""
 
+    TYPE = "type"              # not a torch.Tensor at all (a numpy array, None, a list)
+    DEVICE = "device"          # a tensor on another device than the kernel's inputs
     DTYPE = "dtype"            # not the dtype the engine needs
     SHAPE = "shape"            # not the shape the case implies
     NONFINITE = "nonfinite"    # NaN/inf positions differ from the oracle's
@@ -49,14 +51,17 @@ TENSOR_NAMES = tuple(t.name for t in TENSORS)
 BY_TENSOR = {t.name: t for t in TENSORS}
 
 SHORT_KIND = {Kind.ELEMENT: "elem", Kind.COSINE: "cos", Kind.NONFINITE: "nonf", Kind.SHAPE: "shape",
-              Kind.DTYPE: "dtype"}
-KIND_ORDER = (Kind.ELEMENT, Kind.COSINE, Kind.NONFINITE, Kind.SHAPE, Kind.DTYPE)   # in the kill matrix
+              Kind.DTYPE: "dtype", Kind.DEVICE: "device", Kind.TYPE: "type"}
+KIND_ORDER = (Kind.ELEMENT, Kind.COSINE, Kind.NONFINITE, Kind.SHAPE, Kind.DTYPE, Kind.DEVICE, Kind.TYPE)   # kill matrix
 
 # Checks of a scenario beyond one comparison, and outcomes that are not comparisons.
+INPUTS_UNCHANGED = "inputs.unchanged"
 DETERMINISM, PADDING, BATCH_INVARIANCE = "determinism", "padding", "batch_invariance"
 GRAPH_ADDRESSES, GRAPH_REPLAY_VS_EAGER, GRAPH_VS_ENGINE_EAGER = (
     "graph.addresses", "graph.replay_vs_eager", "graph.vs_engine_eager")
 SCENARIO_CHECKS = {
+    INPUTS_UNCHANGED: "the kernel changed an input it was given (q, the KV pool, a table, a length, a scale) or "
+                      "wrote into a guard region beside the pool or the output buffer (harness/integrity.py)",
     DETERMINISM: "the same call twice is not bitwise equal",
     PADDING: "the output changes with the table padding or the contents of unused slots",
     BATCH_INVARIANCE: "a request alone differs from its row in the batch beyond the dtype's tolerance",

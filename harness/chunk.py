@@ -23,7 +23,7 @@ from reference.batched import SHARED_MAX_KEYS
 
 from . import environment, resources, scenarios
 from .cases import Case
-from .errors import InputError, Unsupported
+from .errors import InputError, RejectedOutput, Unsupported
 from .inputs import cache_seqlens_for, draw_seq_lens
 from .outcome import BackendIdentity, Outcome, ResultRow
 from .phases import PhaseClock, PhaseError
@@ -72,14 +72,17 @@ def plan(cases: list[Case], max_cases: int = CHUNK_CASES, max_bytes: int = CHUNK
     return chunks + ([current] if current else [])
 
 
-def _guarded(step):
-    """``(value, None)``, or ``(None, outcome)`` for what ``step()`` raised.  Bad input propagates."""
+def _guarded(step, case_id: str = "?"):
+    """``(value, None)``, or ``(None, outcome)`` for what ``step()`` (of case ``case_id``) raised.  Bad input
+    propagates."""
     try:
         return step(), None
     except InputError:
         raise
     except Unsupported as e:   # the kernel's API refused the input at call time: quote it
         return None, Outcome.unsupported((str(e) or type(e).__name__).splitlines()[0][:500])
+    except RejectedOutput as e:   # the kernel answered with something no comparison can read
+        return None, Outcome.judged([e.check], messages=[f"{case_id}: {e}"])
     except PhaseError as e:
         return None, Outcome.raised(e.phase, e.error)
     except Exception as e:   # raised outside any phase: scenario glue, which is the harness's
@@ -124,7 +127,7 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
             on_start(i)
         t0 = time.perf_counter()
         with clocks[i]:
-            result, failure = _guarded(lambda case=case: scenarios.start(case, backend, device))
+            result, failure = _guarded(lambda case=case: scenarios.start(case, backend, device), case.id)
         seconds[i] = time.perf_counter() - t0
         results[i] = failure or result
         if isinstance(results[i], Outcome) and context_lost is not None:

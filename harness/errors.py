@@ -15,4 +15,13 @@ class Unsupported(Exception):
     kernel's reason; the harness records the case as ``unsupported``."""
 
 
+class RejectedOutput(Exception):
+    """A kernel's answer that cannot be compared at all: not a tensor, or on another device.  It fails
+    the kernel's ``check`` (``out.type``, ``lse.device``, ...); the harness never handles it as its own."""
+
+    def __init__(self, check: str, message: str):
+        super().__init__(message)
+        self.check = check
+
+
 from .status import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_NOTHING_VERIFIED, EXIT_OK  # noqa: E402, F401  (defined once)

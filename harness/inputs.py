@@ -23,6 +23,7 @@ from reference import FP8_MAX, as_bits, quantize_fp8
 
 from . import seqlens
 from .cases import Case
+from .integrity import guarded
 from .pool import (
     PageLayout,
     allocate,
@@ -90,6 +91,8 @@ class Inputs:
     q_model: torch.Tensor | None      # fp8 only: q before quantisation (model dtype)
     kv_pool_model: torch.Tensor | None  # fp8 only: the pool before quantisation
     host: HostCopy | None = None      # host copies of the table and lengths (see ``host_copy``)
+    out: torch.Tensor | None = None   # the output buffer the engine hands the kernel (``output_buffer``), set
+    #                                   by the launch: a backend may write its out there or return its own
 
     @property
     def device(self) -> torch.device:
@@ -151,11 +154,16 @@ def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
 
 
 def poisoned(shape, dtype, device) -> torch.Tensor:
-    """A NaN-filled tensor, filled in place through its bits: no float32 copy of a pool of many GiB."""
-    nan_bits = int(as_bits(torch.tensor([float("nan")]).to(dtype))[0])
-    out = torch.empty(shape, dtype=dtype, device=device)
-    as_bits(out).fill_(nan_bits)
-    return out
+    """A NaN-filled tensor inside NaN guard regions (``integrity.guarded``), filled in place through its
+    bits: no float32 copy of a pool of many GiB."""
+    return guarded(shape, dtype, device, int(as_bits(torch.tensor([float("nan")]).to(dtype))[0]))
+
+
+def output_buffer(inputs: "Inputs") -> torch.Tensor:
+    """The output buffer an engine hands its attention kernel: ``(b, s_q, h_q, d_v)`` in the model dtype,
+    poisoned, between guard regions, so a write past its end is seen (``integrity``)."""
+    return poisoned((inputs.batch_size, inputs.s_q, inputs.q.shape[2], inputs.d_v), inputs.model_dtype,
+                    inputs.device)
 
 
 def shared_pages_for(case: Case, cache: list[int]) -> list[int]:

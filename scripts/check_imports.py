@@ -26,7 +26,7 @@ LAYERS = [
     ["harness.scenarios"],
     ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",
      "harness.resources", "harness.outcome", "harness.conventions"],
-    ["harness.cases", "harness.pool", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
+    ["harness.cases", "harness.pool", "harness.integrity", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
      "harness.status", "harness.phases", "harness.results", "harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],

@@ -120,11 +120,11 @@ def test_an_answer_without_a_short_request_gets_its_oracle_at_once_with_the_bits
     for seqlen in ("list:300,400", "list:20,300"):
         case = Case(id=f"t/{seqlen}", seed=11, batch_size=2, seqlen=seqlen, d_qk=64, d_v=32, heads=4)
         inputs = generate(case)
-        called[seqlen] = (case, inputs, *backend.run(inputs))
-    early, deferred = (_common.expect(case, backend, inputs, out, lse) for case, inputs, out, lse in called.values())
+        called[seqlen] = (case, inputs, _common.launch(backend, inputs))
+    early, deferred = (_common.expect(case, backend, inputs, call) for case, inputs, call in called.values())
     assert early.expected is not None and deferred.expected is None
     _common.verdicts([early, deferred])
-    together = [_common.Answer(case, backend, inputs, out, lse) for case, inputs, out, lse in called.values()]
+    together = [_common.Answer(case, backend, inputs, call.out, call.lse) for case, inputs, call in called.values()]
     _common.run_oracles(together)
     for answer, in_chunk in zip((early, deferred), together):
         assert all(torch.equal(a, b) for a, b in zip(answer.expected, in_chunk.expected))

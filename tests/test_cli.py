@@ -179,13 +179,39 @@ class WrongShape(Backend):
     name = "wrong-shape"
     def run(self, inputs):
         b, s_q, h, _ = inputs.q.shape
-        return torch.zeros(b, s_q, h, inputs.d_v + 1), torch.zeros(b, h, s_q)
+        return (torch.zeros(b, s_q, h, inputs.d_v + 1, device=inputs.device),
+                torch.zeros(b, h, s_q, device=inputs.device))
 
 class Garbage(Backend):
     name = "garbage"
     def run(self, inputs):
         b, s_q, h, _ = inputs.q.shape
-        return torch.full((b, s_q, h, inputs.d_v), float("nan")), torch.zeros(b, h, s_q)
+        return (torch.full((b, s_q, h, inputs.d_v), float("nan"), device=inputs.device),
+                torch.zeros(b, h, s_q, device=inputs.device))
+
+class NotATensor(Backend):
+    name = "not-a-tensor"
+    def run(self, inputs):
+        b, s_q, h, _ = inputs.q.shape
+        return torch.zeros(b, s_q, h, inputs.d_v).numpy(), None
+
+class OnMeta(Backend):
+    name = "on-meta"
+    def run(self, inputs):
+        b, s_q, h, _ = inputs.q.shape
+        return torch.zeros(b, s_q, h, inputs.d_v, device="meta"), torch.zeros(b, h, s_q, device=inputs.device)
+
+class OnTheHost(Backend):
+    name = "on-the-host"
+    def run(self, inputs):
+        b, s_q, h, _ = inputs.q.shape
+        return torch.zeros(b, s_q, h, inputs.d_v), torch.zeros(b, h, s_q)
+
+class Exits(Backend):
+    name = "exits"
+    def run(self, inputs):
+        import sys
+        sys.exit(0)
 
 class Bf16Only(Backend):
     name = "bf16-only"
@@ -210,17 +236,36 @@ def broken(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("name,status,check", [("Raises", "error", "kernel exploded"),
-                                               ("WrongShape", "fail", "has shape"),
-                                               ("Garbage", "fail", "NaN/inf position")])
-def test_failing_plugins_exit_1(tmp_path, broken, name, status, check):
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,status,check,text", [
+    ("Raises", "error", "raised", "kernel exploded"),
+    ("Exits", "error", "raised", "the kernel called sys.exit(0)"),
+    ("WrongShape", "fail", "out.shape", "has shape"),
+    ("Garbage", "fail", "out.nonfinite", "NaN/inf position"),
+    ("NotATensor", "fail", "out.type", "out is a numpy.ndarray, not a torch.Tensor"),
+    ("OnMeta", "fail", "out.device", "out is on device meta"),
+])
+def test_failing_plugins_exit_1(tmp_path, broken, device, name, status, check, text):
+    """A malformed answer is the kernel's failure, the same on the CPU and on CUDA, never the harness's."""
     out = tmp_path / "r.jsonl"
-    code, _, err = run("--suite", "smoke", "--backend", f"{broken}:{name}", "--out", out)
+    code, said, err = run("--suite", "smoke", "--backend", f"{broken}:{name}", "--device", device, "--out", out)
     assert code == 1, err
+    assert "verdict: FAILED" in said + err
     rows = rows_of(out)
     assert len(rows) == len(SMOKE_IDS) and {r["status"] for r in rows} == {status}
-    text = " ".join((r.get("reason") or "") + " ".join(r.get("messages") or []) for r in rows)
-    assert check in text
+    assert all(check in r["failed_checks"] for r in rows)
+    assert all(text in (r.get("reason") or "") + " ".join(r.get("messages") or []) for r in rows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: an answer left on the host")
+def test_an_answer_on_the_host_fails_out_device_on_cuda(tmp_path, broken):
+    out = tmp_path / "r.jsonl"
+    code, _, err = run("--suite", "smoke", "--backend", f"{broken}:OnTheHost", "--device", "cuda", "--out", out)
+    assert code == 1, err
+    assert {c for r in rows_of(out) for c in r["failed_checks"]} == {"out.device"}
 
 
 def test_unsupported_cases_are_recorded_not_passed(tmp_path, broken):

@@ -101,7 +101,10 @@ class TorchBackend(Backend):
         return out.transpose(1, 2), lse
 
     def finalize(self, inputs, out, lse):
-        return out.to(inputs.model_dtype), lse.float()
+        """Out in the model dtype, written into the engine's output buffer where the harness gives one."""
+        if inputs.out is None or inputs.out.shape != out.shape:
+            return out.to(inputs.model_dtype), lse.float()
+        return inputs.out.copy_(out), lse.float()
 
     # ---- the kernel --------------------------------------------------------------------
     def run(self, inputs):

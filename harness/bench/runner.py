@@ -101,8 +101,9 @@ def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, optio
             outcome, bench = Outcome.unsupported(reason), {"timed": False, "why": reason}
         else:
             inputs = get_inputs()
-            out, lse, _ = scenarios.launch(backend, inputs)
-            outcome = scenarios.judge(case, backend, inputs, out, lse)
+            call = scenarios.launch(backend, inputs)
+            out = call.out
+            outcome = scenarios.judge(case, backend, inputs, call)
     except InputError:
         raise
     except PhaseError as e:   # the kernel (or the harness) raised: a row, and the run goes on

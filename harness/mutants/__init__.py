@@ -5,7 +5,7 @@ class seen in real serving.  ``mla-verify selfcheck`` runs a suite against all o
 them and the clean backend; ``--backend mutant:NAME`` runs one like any backend.
 """
 
-from . import layout, masking, numerics, state  # noqa: F401  (importing registers the mutants)
+from . import layout, masking, numerics, state, writes  # noqa: F401  (importing registers the mutants)
 from .registry import MUTANTS, load_mutant, names
 
 __all__ = ["MUTANTS", "load_mutant", "names"]

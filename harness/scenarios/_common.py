@@ -1,5 +1,6 @@
 """What every scenario shares: build the inputs, launch the kernel through the gate, judge the answer."""
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -7,10 +8,12 @@ from dataclasses import dataclass
 import torch
 
 from .. import diagnostics, oracle
-from ..checks import TENSORS, tensor_check
+from ..checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
 from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
 from ..conventions import kernel_view
-from ..inputs import Inputs, generate, host_copy, torch_dtype
+from ..errors import RejectedOutput
+from ..inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
+from ..integrity import Witness, changed_flags
 from ..outcome import Outcome
 from ..phases import KERNEL, KernelTime, phase, settle
 from ..pool import validate_block_table
@@ -28,20 +31,57 @@ def build_inputs(case, device) -> Inputs:
         return generate(case, device)
 
 
-def launch(backend, inputs: Inputs):
-    """Gate, run and time one kernel call; returns the kernel's own ``(out, lse, kernel time)``, the time
-    a ``KernelTime`` (``float()`` gives its milliseconds once the call is done)."""
+@dataclass
+class KernelCall:
+    """One kernel call: its out and LSE as the kernel returned them, its time (a ``KernelTime``: ``float()``
+    gives its milliseconds once the call is done), and the witness of its inputs (``integrity``)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None
+    kernel_ms: KernelTime
+    witness: Witness
+
+
+def launch(backend, inputs: Inputs) -> KernelCall:
+    """Gate, run and time one kernel call, handing it a fresh guarded output buffer (``Inputs.out``) and
+    fingerprinting everything it is given before and after (``integrity.Witness``)."""
     host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
     validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
+    inputs = dataclasses.replace(inputs, out=output_buffer(inputs))
+    witness = Witness(inputs)
     settle(inputs.device)       # a fault of the harness's work so far surfaces here, before the kernel's phase
     with phase(KERNEL):
         if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
             backend.prepare(inputs)
         kernel_time = KernelTime(inputs.device)
-        out, lse = backend.run(inputs)
+        out, lse = _survived(backend.run, inputs)
         kernel_time.stop()
         settle(inputs.device)   # an asynchronous kernel fault surfaces here, still in the kernel's phase
-    return out, lse, kernel_time
+    reject_malformed(out, lse, inputs.device)
+    return KernelCall(out, lse, kernel_time, witness.seal())
+
+
+def _survived(run, inputs):
+    """``run(inputs)``, where a kernel that exits the interpreter (``sys.exit``) raised instead: in-process
+    it would end the run with no verdict and no rows."""
+    try:
+        return run(inputs)
+    except SystemExit as e:
+        raise RuntimeError(f"the kernel called sys.exit({e.code!r})") from None
+
+
+def reject_malformed(out, lse, device):
+    """Raise ``RejectedOutput`` for an answer no comparison can read: not a tensor, or not on the inputs'
+    device.  A wrong shape or dtype is the comparison's to judge."""
+    for name, t in (("out", out), ("lse", lse)):
+        if t is None and name == "lse":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise RejectedOutput(tensor_check(name, Kind.TYPE),
+                                 f"{name} is a {type(t).__module__}.{type(t).__qualname__}, not a torch.Tensor")
+        if t.device != device:
+            raise RejectedOutput(tensor_check(name, Kind.DEVICE),
+                                 f"{name} is on device {t.device}, the inputs on {device}")
 
 
 def lse_base_e(lse: torch.Tensor | None, capabilities) -> torch.Tensor | None:
@@ -88,6 +128,7 @@ class Answer:
     out: torch.Tensor
     lse: torch.Tensor | None
     kernel_ms: KernelTime | float | None = None
+    witnesses: tuple = ()                # every call's ``integrity.Witness``: the oracle's answer needs them clean
     extra_failures: tuple = ()           # a scenario's own checks (determinism, padding, ...)
     extra_metrics: dict | None = None
     extra_messages: tuple = ()
@@ -95,12 +136,15 @@ class Answer:
     end_to_end: tuple | None = None      # fp8: the oracle's (out, lse) on the unquantised inputs
 
 
-def expect(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
+def expect(case, backend, inputs, call: KernelCall, others=(), extra_failures=(), extra_metrics=None,
            extra_messages=()) -> Answer:
-    """One kernel call's answer, for ``verdicts``.  The oracle always runs after the kernel, so memory
-    the oracle reuses cannot hide a bug: here, when it gains nothing from other calls' company (its
-    device work then overlaps the host's work on the next case), else in ``verdicts`` with its chunk."""
-    answer = Answer(case, backend, inputs, out, lse, kernel_ms, tuple(extra_failures), extra_metrics,
+    """``call``'s answer, for ``verdicts``; ``others`` are the scenario's further calls, whose inputs must be
+    unchanged too.  The oracle always runs after the kernel, so memory the oracle reuses cannot hide a
+    bug: here, when it gains nothing from other calls' company (its device work then overlaps the host's
+    work on the next case), else in ``verdicts`` with its chunk.  Either way its answer is used only
+    once the witnesses show the inputs unchanged."""
+    answer = Answer(case, backend, inputs, call.out, call.lse, call.kernel_ms,
+                    tuple(c.witness for c in (call, *others)), tuple(extra_failures), extra_metrics,
                     tuple(extra_messages))
     # the oracle's calls (the kernel's view, fp8's model precision) keep the inputs' device and lengths,
     # which are all that decide it
@@ -110,14 +154,14 @@ def expect(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), e
     return answer
 
 
-def judge(case, backend, inputs, out, lse, kernel_ms=None, extra_failures=(), extra_metrics=None,
+def judge(case, backend, inputs, call: KernelCall, others=(), extra_failures=(), extra_metrics=None,
           extra_messages=()) -> Outcome:
     """Compare one call's out and LSE with the oracle and build its outcome.
 
     ``extra_*`` carry a scenario's own checks (determinism, padding, ...), which gate like the
     comparison does.
     """
-    return verdicts([expect(case, backend, inputs, out, lse, kernel_ms, extra_failures, extra_metrics,
+    return verdicts([expect(case, backend, inputs, call, others, extra_failures, extra_metrics,
                             extra_messages)])[0]
 
 
@@ -152,6 +196,9 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         run_oracles(answers)
     t1 = time.perf_counter()
     with phase("compare"):
+        # inputs a kernel changed: its row fails on that alone, and no oracle answer read from them is used
+        flags = iter(changed_flags([w for a in answers for w in a.witnesses]))
+        tampered = {i: a for i, a in enumerate(answers) if any([next(flags) for _ in a.witnesses])}
         checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
         batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
         exp_lses = []
@@ -159,6 +206,8 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
             tol = TOLERANCES[a.case.dtype]
             pairs, exp_lse = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.expected)
             exp_lses.append(exp_lse)
+            if i in tampered:
+                continue
             bounds = {"out": tol.out, "lse": tol.lse}
             if a.end_to_end is not None:
                 # The end-to-end error (against unquantised inputs) includes the engine's quantisation of
@@ -177,7 +226,8 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
             for (i, _), check in zip(items, check_tensors(name, [p for _, p in items], bound)):
                 checks[i][name] = check
         samples = out_samples([(a.case.seed, a.out) for a in answers])
-        outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
+        outcomes = [_tampered(a, samples[i]) if i in tampered else
+                    _outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i]) for i, a in enumerate(answers)]
         sync(answers[0].inputs.device if answers else "cpu")
     t2 = time.perf_counter()
@@ -187,6 +237,19 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     for o in outcomes:
         o.reference_ms = share
     return outcomes
+
+
+def _tampered(a: Answer, sample: dict) -> Outcome:
+    """The outcome of an answer whose kernel changed its inputs: that failure, and the scenario's own."""
+    where = "; ".join(w.describe() for w in a.witnesses if bool(w.changed))
+    return Outcome.judged(
+        [INPUTS_UNCHANGED] + sorted(set(a.extra_failures)),
+        metrics={**(a.extra_metrics or {}), INPUTS_UNCHANGED: {"changed": where}, "out_sample": sample},
+        messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
+                  "would read the changed inputs)"] + list(a.extra_messages),
+        details={"seq_lens": host_copy(a.inputs).seq_lens.tolist(),
+                 "cache_seqlens": host_copy(a.inputs).cache_seqlens.tolist()},
+        kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))
 
 
 def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:

@@ -22,13 +22,15 @@ def request_alone(inputs, r: int):
 
 def run(case, backend, device):
     inputs = build_inputs(case, device)
-    out, lse, kernel_ms = launch(backend, inputs)
+    call = launch(backend, inputs)
+    out, lse, others = call.out, call.lse, []
     tol = TOLERANCES[case.dtype]
     failures, messages = [], []
     worst_out = worst_lse = 0.0
     bitwise = True
     for r in range(inputs.batch_size):
-        o, l, _ = launch(backend, request_alone(inputs, r))
+        others.append(launch(backend, request_alone(inputs, r)))
+        o, l = others[-1].out, others[-1].lse
         in_batch_lse = None if lse is None else lse[r:r + 1]
         bitwise &= bitwise_equal(o, out[r:r + 1]) and bitwise_equal(l, in_batch_lse)
         co = check_tensor("out", o, out[r:r + 1].double(), tol.out)
@@ -40,5 +42,5 @@ def run(case, backend, device):
                 messages.append(f"{case.id}: request {r} alone vs in the batch: {describe(c)}")
     metrics = {BATCH_INVARIANCE: {"bitwise_equal": bitwise, "max_abs_dev_out": worst_out,
                                   "max_abs_dev_lse": worst_lse}}
-    return judge(case, backend, inputs, out, lse, kernel_ms, extra_failures=failures, extra_metrics=metrics,
+    return judge(case, backend, inputs, call, others=others, extra_failures=failures, extra_metrics=metrics,
                  extra_messages=messages)

@@ -6,8 +6,7 @@ from ._common import build_inputs, expect, launch, verdicts
 def start(case, backend, device):
     """Inputs, the kernel, then the oracle: an answer for ``verdicts``."""
     inputs = build_inputs(case, device)
-    out, lse, kernel_ms = launch(backend, inputs)
-    return expect(case, backend, inputs, out, lse, kernel_ms)
+    return expect(case, backend, inputs, launch(backend, inputs))
 
 
 def run(case, backend, device):

@@ -18,7 +18,7 @@ Checks, per step:
 import torch
 
 from .. import oracle
-from ..checks import GRAPH_ADDRESSES, GRAPH_REPLAY_VS_EAGER, GRAPH_VS_ENGINE_EAGER, tensor_check
+from ..checks import GRAPH_ADDRESSES, GRAPH_REPLAY_VS_EAGER, GRAPH_VS_ENGINE_EAGER, INPUTS_UNCHANGED, tensor_check
 from ..compare import check_tensor, describe, describe_failure
 from ..conventions import kernel_view
 from ..inputs import KVStore, cache_seqlens_for, draw_normal, draw_seq_lens, model_dtype_of
@@ -103,8 +103,12 @@ def run(case, backend, device):
             messages.append(f"{case.id}: step {step} (bs {bs}/{bucket}): replay differs from an eager call on "
                             f"the same buffers, {first_difference(out_g, out_e[:bs])}")
         inputs = store.inputs(q_model, cache[:bs])
-        out_s, lse_s, ms = launch(backend, inputs)              # the engine's eager call on the real batch
-        kernel_ms += float(ms)
+        eager = launch(backend, inputs)              # the engine's eager call on the real batch
+        out_s, lse_s = eager.out, eager.lse
+        kernel_ms += float(eager.kernel_ms)
+        if bool(eager.witness.changed):
+            failures.append(INPUTS_UNCHANGED)
+            messages.append(f"{case.id}: step {step}: the eager call changed its inputs: {eager.witness.describe()}")
         engine_bitwise &= bitwise_equal(out_g, out_s) and bitwise_equal(lse_g, lse_s)
         dev_check = check_tensor("out", out_g, out_s.double(), tol.out)
         worst["graph_vs_engine_eager_out"] = max(worst["graph_vs_engine_eager_out"], dev_check.max_abs_err)

@@ -34,14 +34,16 @@ def padding_variants(inputs):
 
 def run(case, backend, device):
     inputs = build_inputs(case, device)
-    out, lse, kernel_ms = launch(backend, inputs)
-    failures, messages, same = [], [], {}
+    call = launch(backend, inputs)
+    out, lse = call.out, call.lse
+    failures, messages, same, others = [], [], {}, []
     for name, variant in padding_variants(inputs).items():
-        o, l, _ = launch(backend, variant)
+        others.append(launch(backend, variant))
+        o, l = others[-1].out, others[-1].lse
         same[name] = bitwise_equal(o, out) and bitwise_equal(l, lse)
         if not same[name]:
             failures.append(PADDING)
             where = first_difference(o, out) if not bitwise_equal(o, out) else "lse " + first_difference(l, lse)
             messages.append(f"{case.id}: output changes with {name}: {where}")
-    return judge(case, backend, inputs, out, lse, kernel_ms, extra_failures=failures,
+    return judge(case, backend, inputs, call, others=others, extra_failures=failures,
                  extra_metrics={PADDING: {"identical": same}}, extra_messages=messages)

@@ -1,0 +1,168 @@
+"""Input integrity: what a kernel was given is proven unchanged after the call.
+
+A kernel's inputs are the engine's state: q, the KV cache, the tables, the lengths and scales.  A kernel
+that writes into them (an in-place rope or quantisation, a stray store into another request's page)
+corrupts every later step of every request in an engine, and an oracle that reads the inputs after the
+call would agree with it.  So before each call a ``Witness`` fingerprints every storage the kernel
+receives, whole (a pool's guard regions, its poisoned pages and everything past the view's end
+included), and after the call fingerprints it again.  The oracle's answer is used only for a call whose
+fingerprints match (``scenarios._common.verdicts``).
+
+Guard regions: the KV pools and the output buffer the harness hands a kernel (``Inputs.out``) are views
+inside a larger allocation (``guarded``), with ``GUARD_BYTES`` of poison on each side, so a write just
+before or past the end of either lands in memory the witness watches.
+
+A fingerprint is a copy of a small storage, or, of a large one, one 64-bit weighted sum per
+``HASH_ROW_BYTES`` block (0.4% of its size; a change of one word always changes its block's sum, since
+each word's weight is odd).  Both are computed on the device without waiting for it; the one read to
+the host is the "changed" flag, in the comparison's transfer.
+"""
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from reference import as_bits
+
+GUARD_BYTES = 4096                  # each side; a multiple of every element size and of 512 (alignment)
+COPY_MAX_BYTES = 1 << 20            # a storage up to this size is fingerprinted by a copy (exact index)
+HASH_ROW_BYTES = 256                # larger ones: one weighted sum per block of this many bytes
+HASH_SLICE_ROWS = 1 << 18           # blocks hashed per launch: bounds the temporary to 64 MiB
+_WORDS = HASH_ROW_BYTES // 8
+GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guarded``
+
+
+def guarded(shape, dtype, device, fill_bits: int) -> torch.Tensor:
+    """A contiguous ``shape`` view inside an allocation with ``GUARD_BYTES`` on each side, every byte of
+    it (guards included) set to the integer bit pattern ``fill_bits`` of ``dtype``."""
+    n = 1
+    for s in shape:
+        n *= s
+    guard = GUARD_BYTES // torch.empty(0, dtype=dtype).element_size()
+    base = torch.empty(n + 2 * guard, dtype=dtype, device=device)
+    as_bits(base).fill_(fill_bits)
+    return base[guard:guard + n].view(shape)
+
+
+def _bytes_of(storage: torch.UntypedStorage, device) -> torch.Tensor:
+    """The whole storage as a 1-D uint8 tensor (no copy)."""
+    return torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+_WEIGHTS = {}
+
+
+def _weights(device) -> torch.Tensor:
+    """``_WORDS`` fixed odd 64-bit weights, one per word of a block (odd: a changed word changes the sum)."""
+    key = str(device)
+    if key not in _WEIGHTS:
+        gen = torch.Generator().manual_seed(0x5EED)
+        w = torch.randint(-(2 ** 62), 2 ** 62, (_WORDS,), generator=gen, dtype=torch.int64) * 2 + 1
+        _WEIGHTS[key] = w.to(device)
+    return _WEIGHTS[key]
+
+
+def _fingerprint(data: torch.Tensor) -> torch.Tensor:
+    """A uint8 tensor's fingerprint: a copy when small, else per-block weighted sums and a copy of the tail."""
+    if data.numel() <= COPY_MAX_BYTES:
+        return data.clone()
+    whole = data.numel() // HASH_ROW_BYTES * HASH_ROW_BYTES
+    rows = data[:whole].view(torch.int64).view(-1, _WORDS)
+    w = _weights(data.device)
+    sums = torch.cat([(rows[k:k + HASH_SLICE_ROWS] * w).sum(dim=1)
+                      for k in range(0, rows.shape[0], HASH_SLICE_ROWS)])
+    return torch.cat([sums, data[whole:].to(torch.int64)])
+
+
+@dataclass
+class _Region:
+    """Watched bytes: a whole storage of an input, or a guard of the output buffer."""
+
+    name: str                       # the Inputs field it belongs to
+    tensor: torch.Tensor            # that field's tensor (to name an element)
+    data: torch.Tensor              # uint8 over the watched bytes
+    start: int                      # the watched bytes' offset from the tensor's first byte
+    before: torch.Tensor
+    after: torch.Tensor | None = None
+
+    def first_change(self) -> str:
+        """Where the watched bytes first differ, as an index of the field's tensor or a place beside it
+        (host work, only for a region known to have changed)."""
+        first = int((self.before != self.after).nonzero()[0, 0])
+        blocks = self.data.numel() // HASH_ROW_BYTES
+        if self.before.dtype == torch.uint8 or first >= blocks:       # a copy, or a hash's copied tail
+            at, within = (first if self.before.dtype == torch.uint8 else blocks * HASH_ROW_BYTES + first - blocks), ""
+        else:
+            at, within = first * HASH_ROW_BYTES, f" (in the {HASH_ROW_BYTES}-byte block that starts there)"
+        offset = at + self.start                                       # bytes from the tensor's first byte
+        size, nbytes = self.tensor.element_size(), self.tensor.numel() * self.tensor.element_size()
+        beside = "the guard region" if self.name in GUARDED else "the same storage"
+        if offset < 0:
+            return f"{self.name}: {-offset} byte(s) before its first element, in {beside}{within}"
+        if offset >= nbytes:
+            return f"{self.name}: {offset - nbytes} byte(s) past its last element, in {beside}{within}"
+        return f"{self.name}: first changed at index {_unravel(offset // size, self.tensor.shape)}{within}"
+
+
+def _unravel(flat: int, shape) -> list:
+    idx = []
+    for s in reversed(tuple(shape)):
+        idx.append(flat % s)
+        flat //= s
+    return list(reversed(idx))
+
+
+def _storage_region(name: str, t: torch.Tensor) -> _Region:
+    data = _bytes_of(t.untyped_storage(), t.device)
+    return _Region(name, t, data, -t.storage_offset() * t.element_size(), _fingerprint(data))
+
+
+def _guard_regions(name: str, out: torch.Tensor) -> list[_Region]:
+    """The bytes of ``out``'s storage before and after the view: the view itself is the kernel's to write."""
+    data = _bytes_of(out.untyped_storage(), out.device)
+    first = out.storage_offset() * out.element_size()
+    last = first + out.numel() * out.element_size()
+    return [_Region(name, out, part, start, _fingerprint(part))
+            for part, start in ((data[:first], -first), (data[last:], out.numel() * out.element_size()))
+            if part.numel()]
+
+
+class Witness:
+    """Fingerprints of every storage one kernel call receives, taken before it (``__init__``) and after
+    it (``seal``).  ``changed`` is a device bool, read with the comparison's transfer; ``describe``
+    names the first change (only called when it is true)."""
+
+    def __init__(self, inputs):
+        self.regions, seen = [], set()
+        for f in fields(inputs):
+            t = getattr(inputs, f.name)
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            if f.name == "out":
+                self.regions += _guard_regions(f.name, t)
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                self.regions.append(_storage_region(f.name, t))
+        self.changed = None
+
+    def seal(self) -> "Witness":
+        for r in self.regions:
+            r.after = _fingerprint(r.data)
+        flags = [(r.before != r.after).any() for r in self.regions]
+        self.changed = torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
+        return self
+
+    def describe(self) -> str:
+        """Every changed input, by name, with where it first changed."""
+        return "; ".join(r.first_change() for r in self.regions if bool((r.before != r.after).any()))
+
+
+def changed_flags(witnesses: list[Witness]) -> list[bool]:
+    """Whether each witness saw a change: one transfer for all of them."""
+    if not witnesses:
+        return []
+    flags = [w.changed for w in witnesses]
+    device = flags[0].device
+    return torch.stack([f.to(device) for f in flags]).tolist()

@@ -1,0 +1,159 @@
+"""Input integrity: a kernel that writes into what it was given, or beside it, fails ``inputs.unchanged``.
+
+The witness (``harness/integrity.py``) is tested on its own (every field, the copy and the hashed paths,
+the guard regions), then through the CLI with plug-ins that compute the right answer and then write
+where they must not, as a user's kernel would.
+"""
+
+import dataclasses
+import json
+import textwrap
+
+import pytest
+import torch
+from helpers import run_cli
+
+from harness import integrity
+from harness.cases import Case
+from harness.inputs import generate, output_buffer
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def small_inputs(device="cpu", seqlen="list:70,3,130", dtype="bf16"):
+    case = Case(id="t/integrity", seed=5, batch_size=3, heads=4, d_qk=40, d_v=32, seqlen=seqlen, dtype=dtype,
+                mode="verify", draft_tokens=2)
+    inputs = generate(case, device)
+    return dataclasses.replace(inputs, out=output_buffer(inputs))
+
+
+def witnessed(inputs, write):
+    """The witness of one 'call' that does ``write(inputs)``."""
+    w = integrity.Witness(inputs)
+    write(inputs)
+    return w.seal()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_untouched_inputs_and_a_written_output_are_unchanged(device):
+    inputs = small_inputs(device)
+    w = witnessed(inputs, lambda i: i.out.fill_(1.0))       # the output view is the kernel's to write
+    assert integrity.changed_flags([w]) == [False]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("field, index", [("q", (1, 0, 2, 7)), ("kv_pool", (3, 5, 0, 11)),
+                                          ("block_table", (2, 0)), ("cache_seqlens", (1,)), ("seq_lens", (0,)),
+                                          ("req_to_token", (1, 4)), ("req_pool_indices", (2,))])
+def test_a_change_to_any_input_is_named_with_its_index(device, field, index):
+    inputs = small_inputs(device)
+    t = getattr(inputs, field)
+    w = witnessed(inputs, lambda i: t.__setitem__(index, t[index] + 1 if not t.is_floating_point() else 1.0))
+    assert integrity.changed_flags([w]) == [True]
+    assert f"{field}: first changed at index {list(index)}" in w.describe()
+
+
+def test_fp8_scales_and_model_precision_inputs_are_watched_too():
+    inputs = small_inputs(dtype="fp8_e4m3")
+    for field in ("descale_q", "descale_k", "q_model", "kv_pool_model"):
+        w = witnessed(inputs, lambda i, f=field: getattr(i, f).view(-1)[0:1].zero_())
+        assert integrity.changed_flags([w]) == [True], field
+        assert w.describe().startswith(field + ":"), w.describe()
+        inputs = small_inputs(dtype="fp8_e4m3")
+
+
+def test_a_large_pool_is_hashed_and_still_located(monkeypatch):
+    monkeypatch.setattr(integrity, "COPY_MAX_BYTES", 1024)      # every storage over 1 KiB is hashed
+    inputs = small_inputs()
+    assert inputs.kv_pool.untyped_storage().nbytes() > 1024
+    # a swap of two different values in one block leaves a plain sum unchanged, not the weighted one
+    flat = inputs.kv_pool.view(-1)
+    at = int((flat[:-1].isfinite() & flat[1:].isfinite() & (flat[:-1] != flat[1:])).nonzero()[0, 0])
+
+    def swap(i):
+        flat[at], flat[at + 1] = flat[at + 1].clone(), flat[at].clone()
+    w = witnessed(inputs, swap)
+    assert integrity.changed_flags([w]) == [True]
+    block_start = (at * 2 + inputs.kv_pool.storage_offset() * 2) // 256 * 256 - inputs.kv_pool.storage_offset() * 2
+    index = list(torch.unravel_index(torch.tensor(block_start // 2), inputs.kv_pool.shape))
+    text = w.describe()
+    assert text.startswith(f"kv_pool: first changed at index {[int(i) for i in index]}"), text
+    assert "256-byte block" in text
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_writes_beside_the_pool_and_the_output_land_in_guards(device, where):
+    inputs = small_inputs(device)
+    for field in ("kv_pool", "out"):
+        t = getattr(inputs, field)
+        offset = t.storage_offset() - 1 if where == "before" else t.storage_offset() + t.numel()
+        beside = torch.as_strided(t, (1,), (1,), offset)
+        w = witnessed(inputs, lambda i, beside=beside: beside.fill_(0.5))
+        assert integrity.changed_flags([w]) == [True], field
+        text = w.describe()
+        assert text.startswith(f"{field}: ") and "guard region" in text
+        assert ("before its first element" if where == "before" else "past its last element") in text
+
+
+def test_the_guarded_pool_is_an_aligned_poisoned_view():
+    inputs = small_inputs()
+    for t in (inputs.kv_pool, inputs.out):
+        assert t.is_contiguous() and (t.storage_offset() * t.element_size()) % 512 == 0
+        guards = torch.as_strided(t, (integrity.GUARD_BYTES // t.element_size(),), (1,), 0)
+        assert bool(guards.float().isnan().all())
+
+
+# ---- through the CLI: plug-ins that compute the right answer, then write where they must not -------------
+
+WRITERS = """
+import torch
+from harness.backends.torch_backend import TorchBackend
+
+class DoublesQ(TorchBackend):
+    name = "doubles-q"
+    def run(self, inputs):
+        answer = super().run(inputs)
+        inputs.q.copy_((inputs.q.float() * 2).to(inputs.q.dtype))
+        return answer
+
+class DoublesQFirst(TorchBackend):
+    # q changed before computing: the answer matches an oracle that reads q after the call
+    name = "doubles-q-first"
+    def run(self, inputs):
+        inputs.q.copy_((inputs.q.float() * 2).to(inputs.q.dtype))
+        return super().run(inputs)
+
+class ZeroesEverything(TorchBackend):
+    name = "zeroes-everything"
+    def run(self, inputs):
+        inputs.q.zero_()
+        inputs.kv_pool.zero_()
+        return super().run(inputs)
+
+class StraysIntoTable(TorchBackend):
+    name = "strays-into-table"
+    def run(self, inputs):
+        answer = super().run(inputs)
+        inputs.block_table[-1, -1] = 0
+        return answer
+"""
+
+
+@pytest.fixture
+def writers(tmp_path):
+    path = tmp_path / "writers.py"
+    path.write_text(textwrap.dedent(WRITERS))
+    return path
+
+
+@pytest.mark.parametrize("name", ["DoublesQ", "DoublesQFirst", "ZeroesEverything", "StraysIntoTable"])
+def test_kernels_that_change_their_inputs_fail_every_case(tmp_path, writers, name):
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli(["run", "--suite", "smoke", "--backend", f"{writers}:{name}", "--workers", "0",
+                            "--no-progress", "--out", out])
+    assert code == 1, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["status"] == "fail" and "inputs.unchanged" in r["failed_checks"] for r in rows)
+    assert all("changed its inputs" in " ".join(r["messages"]) for r in rows)
+    assert "metrics" not in rows[0] or "out" not in rows[0]["metrics"]     # no comparison on changed inputs
