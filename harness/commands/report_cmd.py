@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
+from ..results import check_output_path
 from ..status import Status
 
 
@@ -65,13 +66,10 @@ def main(args) -> int:
 
 def report_target(out: str, inputs: list[str]) -> Path:
     """Where ``-o`` writes: through a link, to what it points to, which must be a regular file or not exist
-    yet, and none of the inputs.  The report is written beside it and renamed over it: over a device node
-    (``/dev/null``, as root) that would replace the device."""
+    yet (``run``'s rule for its outputs), and none of the inputs.  The report is written beside it and
+    renamed over it: over a device node (``/dev/null``, as root) that would replace the device."""
+    check_output_path("-o", out)
     target = Path(out).resolve()
-    if target.exists() and not target.is_file():
-        kind = ("a directory" if target.is_dir() else
-                "a device" if target.is_char_device() or target.is_block_device() else "not a regular file")
-        raise InputError(f"-o {out}: is {kind}; give a file name such as reports/report.html")
     if any(target == Path(p).resolve() for p in inputs):
         raise InputError(f"-o {out}: is one of the input files; the report would overwrite it")
     return target
