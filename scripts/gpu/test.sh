@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU test lane: the whole test suite on a GPU box with every kernel set installed (each under
+# .site/NAME, scripts/gpu/setup_site.sh), so GPU-only tests run and none may fail there.
+#   bash scripts/gpu/test.sh [pytest args]        (LOG=FILE keeps the output; default $OUT/test.log or /tmp)
+# Prints the versions first, then pytest's summary with every skip's reason (-rs).
+set -u
+cd "$(dirname "$0")/../.."
+. scripts/gpu/env.sh
+export HYPOTHESIS_PROFILE=ci
+log=${LOG:-${OUT:-/tmp}/test.log}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$log"
+python3 - <<'PY' 2>&1 | tee -a "$log"
+import importlib.metadata as md
+for name in ("torch", "triton", "numpy", "sgl-flash-mla", "flashinfer-python", "sglang", "flag-gems", "hypothesis"):
+    try:
+        print(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name}: not installed")
+PY
+python3 -m pytest -q -p no:cacheprovider -rs tests "$@" 2>&1 | tee -a "$log"
+rc=${PIPESTATUS[0]}
+echo "test lane exit: $rc"
+exit "$rc"
