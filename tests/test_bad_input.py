@@ -5,19 +5,24 @@ marker file and raises, so a kernel launch (even in a worker process) is seen.
 """
 
 import dataclasses
+import errno
+import fcntl
+import os
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
 
-from harness.cases import Case
+from harness.cases import Case, load_suite
 from harness.cli import main
 from harness.errors import InputError
 from harness.inputs import generate
 from harness.pool import validate_block_table
+from harness.results import read_rows
 from harness.runner import run_case
 from harness.scenarios import _common as steps
 
@@ -251,6 +256,163 @@ def test_selfcheck_out_that_cannot_be_written(tmp_path, capsys, which):
 ])
 def test_selfcheck_bad_flags(capsys, argv, fragment):
     assert_bad_input(capsys, argv, fragment)
+
+
+# ---- output paths: each a regular file of its own ------------------------------------------------
+
+def special_outputs(tmp_path) -> dict:
+    """Outputs that are not regular files: writing there loses the output (or, as root, a device)."""
+    directory = tmp_path / "a_dir"
+    directory.mkdir()
+    (tmp_path / "to_null").symlink_to("/dev/null")
+    (tmp_path / "to_dir").symlink_to(directory)
+    return {"/dev/full": Path("/dev/full"), "/dev/null": Path("/dev/null"), "a directory": directory,
+            "a link to /dev/null": tmp_path / "to_null", "a link to a directory": tmp_path / "to_dir"}
+
+
+def output_argv(suite, backend, flag, path, tmp_path):
+    results = [] if flag == "--resume" else ["--out", tmp_path / "out.jsonl"]
+    return ["run", "--suite", suite, "--backend", backend, *results, flag, path, "--device", "cpu",
+            "--workers", "0", "--no-progress"]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--junit-xml", "--resume"])
+@pytest.mark.parametrize("which", ["/dev/full", "/dev/null", "a directory", "a link to /dev/null",
+                                   "a link to a directory"])
+def test_output_that_is_not_a_regular_file(tmp_path, capsys, launches, flag, which):
+    spec, marker = launches
+    target = special_outputs(tmp_path)[which]
+    if not target.exists():
+        pytest.skip(f"{target} is not on this machine")
+    was = target.stat()
+    line = assert_bad_input(capsys, output_argv(suite_file(tmp_path, GOOD_GROUP), spec, flag, target, tmp_path),
+                            flag, str(target))
+    assert "is a directory" in line or "not a regular file" in line, line
+    assert not marker.exists()
+    now = target.stat()          # still the device or directory it was
+    assert (now.st_mode, now.st_ino, now.st_rdev) == (was.st_mode, was.st_ino, was.st_rdev)
+
+
+def one_file_spelled_twice(tmp_path) -> dict:
+    """Pairs of paths that name one file: written once with a row, so a clobber shows."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"case_id": "s/g/0", "status": "pass"}\n')
+    (tmp_path / "link.jsonl").symlink_to(rows)
+    (tmp_path / "hard.jsonl").hardlink_to(rows)
+    (tmp_path / "sub").mkdir()
+    return {"the same path": (rows, rows), "another spelling": (rows, tmp_path / "sub" / ".." / "rows.jsonl"),
+            "a symlink": (rows, tmp_path / "link.jsonl"), "a hard link": (rows, tmp_path / "hard.jsonl"),
+            "a new file": (tmp_path / "new.jsonl", tmp_path / "new.jsonl")}
+
+
+@pytest.mark.parametrize("results_flag", ["--out", "--resume"])
+@pytest.mark.parametrize("which", ["the same path", "another spelling", "a symlink", "a hard link", "a new file"])
+def test_results_and_junit_in_one_file(tmp_path, capsys, launches, results_flag, which):
+    # `--out x --junit-xml x` exited 0 and every row was lost under the XML
+    spec, marker = launches
+    results, junit_path = one_file_spelled_twice(tmp_path)[which]
+    before = results.read_bytes() if results.exists() else None
+    argv = ["run", "--suite", suite_file(tmp_path, GOOD_GROUP), "--backend", spec, results_flag, results,
+            "--junit-xml", junit_path, "--device", "cpu", "--workers", "0", "--no-progress"]
+    assert_bad_input(capsys, argv, results_flag, "--junit-xml", "both name")
+    assert not marker.exists()
+    assert (results.read_bytes() if results.exists() else None) == before
+
+
+# ---- the results file: one writer, validated whole before resume touches it -----------------------
+
+def test_a_second_writer_is_refused_and_the_first_ones_file_kept(tmp_path, capsys, launches):
+    # two runs appended to one --out at once: rows lost, torn fragments, both exited 0
+    spec, marker = launches
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"case_id": "s/g/0", "status": "pass"}\n')
+    before = out.read_bytes()
+    with open(out, "a") as first_writer:
+        fcntl.flock(first_writer.fileno(), fcntl.LOCK_EX)
+        for flag in ("--out", "--resume"):
+            argv = ["run", "--suite", suite_file(tmp_path, GOOD_GROUP), "--backend", spec, flag, out,
+                    "--device", "cpu", "--workers", "0", "--no-progress"]
+            assert_bad_input(capsys, argv, str(out), "being written by another mla-verify run")
+    assert out.read_bytes() == before, "the second writer emptied the first one's file"
+    assert not marker.exists()
+
+
+ROW = '{"case_id": "s/g/0", "status": "pass"}'
+NOT_ROWS = {"null": "null", "a list": "[1, 2]", "an empty object": "{}", "a string": '"pass"',
+            "no status": '{"case_id": "s/g/1"}', "no case id": '{"status": "pass"}',
+            "a status that is not a string": '{"case_id": "s/g/1", "status": 1}', "not JSON": "pass s/g/1"}
+
+
+@pytest.mark.parametrize("where", ["in the middle", "last, with its newline"])
+@pytest.mark.parametrize("which", sorted(NOT_ROWS))
+def test_resume_and_report_refuse_a_line_that_is_not_a_row(tmp_path, capsys, launches, which, where):
+    spec, marker = launches
+    path = tmp_path / "results.jsonl"
+    if where == "in the middle":     # a torn last line too: dropping it must wait until the file validated
+        text = f"{ROW}\n{NOT_ROWS[which]}\n{ROW}\n" + ROW[:20]
+    else:
+        text = f"{ROW}\n{ROW}\n{NOT_ROWS[which]}\n"
+    path.write_text(text)
+    line_no = 2 if where == "in the middle" else 3
+    argv = ["run", "--suite", suite_file(tmp_path, GOOD_GROUP), "--backend", spec, "--resume", path,
+            "--device", "cpu", "--workers", "0", "--no-progress"]
+    resumed = assert_bad_input(capsys, argv, f"{path}:{line_no}:", "not an mla-verify result row")
+    assert path.read_text() == text, "resume changed a file it refused"
+    assert not marker.exists()
+    reported = assert_bad_input(capsys, ["report", path, "-o", tmp_path / "r.html"], f"{path}:{line_no}:")
+    assert reported == resumed, "report and resume disagree on what a row is"
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_rows_written(tmp_path):
+    # a full disk gave two chained tracebacks and exit 1; RLIMIT_FSIZE makes the write fail the same way
+    # (EFBIG where a full disk says ENOSPC), partway through a row, as a filling disk does
+    whole = tmp_path / "whole.jsonl"
+    assert main(["run", "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
+                 "--out", str(whole), "--device", "cpu", "--workers", "0", "--no-progress"]) == 0
+    row_bytes = len(whole.read_bytes())
+    out = tmp_path / "out.jsonl"
+    limit = 2 * row_bytes + row_bytes // 2         # two rows and then some: the third row is torn
+    script = ("import resource, signal, sys\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+              "from harness.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    argv = ["run", "--suite", "smoke", "--backend", "torch", "--out", str(out), "--device", "cpu",
+            "--workers", "0", "--no-progress", "--chunk", "1"]
+    proc = subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("mla-verify: error: ")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert f"cannot write results file {out}" in errors[0]
+    assert "verdict" not in proc.stdout, "a verdict was printed for a run whose rows were not all written"
+    kept = read_rows(out)                          # the torn third row is skipped, with a warning
+    assert len(kept) >= 2 and all(r["status"] == "pass" for r in kept)
+    # with room again, --resume keeps those rows and runs the rest
+    resumed = main([*argv[:5], "--resume", str(out), *argv[7:]])
+    assert resumed == 0
+    smoke = sorted(c.id for c in load_suite("smoke").cases)
+    assert sorted(r["case_id"] for r in read_rows(out)) == smoke
+    assert read_rows(out)[:len(kept)] == kept
+
+
+def test_a_junit_file_that_cannot_be_written_is_one_line_before_any_verdict(tmp_path, capsys, monkeypatch):
+    # `--junit-xml /dev/full` printed `verdict: PASSED (exit 0)` first, and then the error
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(ET.ElementTree, "write", disk_full)
+    out, xml = tmp_path / "out.jsonl", tmp_path / "j.xml"
+    argv = ["run", "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0", "--out", out,
+            "--junit-xml", xml, "--device", "cpu", "--workers", "0", "--no-progress"]
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("mla-verify: error: ")]
+    assert code == 2 and "Traceback" not in captured.err + captured.out
+    assert errors == [captured.err.strip().splitlines()[-1]]
+    assert f"--junit-xml {xml}: cannot write: {os.strerror(errno.ENOSPC)}" in errors[0]
+    assert "verdict" not in captured.out
+    assert [r["status"] for r in read_rows(out)] == ["pass"], "the results file was not kept whole"
 
 
 # ---- block tables: the gate before every launch -------------------------------------------------
