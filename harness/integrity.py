@@ -62,18 +62,6 @@ def _weights(device) -> torch.Tensor:
     return _WEIGHTS[key]
 
 
-def _fingerprint(data: torch.Tensor) -> torch.Tensor:
-    """A uint8 tensor's fingerprint: a copy when small, else per-block weighted sums and a copy of the tail."""
-    if data.numel() <= COPY_MAX_BYTES:
-        return data.clone()
-    whole = data.numel() // HASH_ROW_BYTES * HASH_ROW_BYTES
-    rows = data[:whole].view(torch.int64).view(-1, _WORDS)
-    w = _weights(data.device)
-    sums = torch.cat([(rows[k:k + HASH_SLICE_ROWS] * w).sum(dim=1)
-                      for k in range(0, rows.shape[0], HASH_SLICE_ROWS)])
-    return torch.cat([sums, data[whole:].to(torch.int64)])
-
-
 @dataclass
 class _Region:
     """Watched bytes: a whole storage of an input, or a guard of the output buffer."""
@@ -82,18 +70,9 @@ class _Region:
     tensor: torch.Tensor            # that field's tensor (to name an element)
     data: torch.Tensor              # uint8 over the watched bytes
     start: int                      # the watched bytes' offset from the tensor's first byte
-    before: torch.Tensor
-    after: torch.Tensor | None = None
 
-    def first_change(self) -> str:
-        """Where the watched bytes first differ, as an index of the field's tensor or a place beside it
-        (host work, only for a region known to have changed)."""
-        first = int((self.before != self.after).nonzero()[0, 0])
-        blocks = self.data.numel() // HASH_ROW_BYTES
-        if self.before.dtype == torch.uint8 or first >= blocks:       # a copy, or a hash's copied tail
-            at, within = (first if self.before.dtype == torch.uint8 else blocks * HASH_ROW_BYTES + first - blocks), ""
-        else:
-            at, within = first * HASH_ROW_BYTES, f" (in the {HASH_ROW_BYTES}-byte block that starts there)"
+    def place(self, at: int, within: str = "") -> str:
+        """Byte ``at`` of the watched bytes, as an index of the field's tensor or a place beside it."""
         offset = at + self.start                                       # bytes from the tensor's first byte
         size, nbytes = self.tensor.element_size(), self.tensor.numel() * self.tensor.element_size()
         beside = "the guard region" if self.name in GUARDED else "the same storage"
@@ -113,8 +92,7 @@ def _unravel(flat: int, shape) -> list:
 
 
 def _storage_region(name: str, t: torch.Tensor) -> _Region:
-    data = _bytes_of(t.untyped_storage(), t.device)
-    return _Region(name, t, data, -t.storage_offset() * t.element_size(), _fingerprint(data))
+    return _Region(name, t, _bytes_of(t.untyped_storage(), t.device), -t.storage_offset() * t.element_size())
 
 
 def _guard_regions(name: str, out: torch.Tensor) -> list[_Region]:
@@ -122,41 +100,85 @@ def _guard_regions(name: str, out: torch.Tensor) -> list[_Region]:
     data = _bytes_of(out.untyped_storage(), out.device)
     first = out.storage_offset() * out.element_size()
     last = first + out.numel() * out.element_size()
-    return [_Region(name, out, part, start, _fingerprint(part))
-            for part, start in ((data[:first], -first), (data[last:], out.numel() * out.element_size()))
+    return [_Region(name, out, part, start) for part, start in ((data[:first], -first), (data[last:], last - first))
             if part.numel()]
 
 
 class Witness:
     """Fingerprints of every storage one kernel call receives, taken before it (``__init__``) and after
     it (``seal``).  ``changed`` is a device bool, read with the comparison's transfer; ``describe``
-    names the first change (only called when it is true)."""
+    names the first change (only called when it is true).
+
+    The small storages (tables, lengths, scales, q, the output's guards) are copied together, one
+    concatenation before and one after: a small case's host time is its launches."""
 
     def __init__(self, inputs):
-        self.regions, seen = [], set()
+        regions, seen = [], set()
         for f in fields(inputs):
             t = getattr(inputs, f.name)
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             if f.name == "out":
-                self.regions += _guard_regions(f.name, t)
-                continue
-            key = t.untyped_storage().data_ptr()
-            if key not in seen:
+                regions += _guard_regions(f.name, t)
+            elif (key := t.untyped_storage().data_ptr()) not in seen:
                 seen.add(key)
-                self.regions.append(_storage_region(f.name, t))
+                regions.append(_storage_region(f.name, t))
+        self.small = [r for r in regions if r.data.numel() <= COPY_MAX_BYTES]
+        self.large = [r for r in regions if r.data.numel() > COPY_MAX_BYTES]
+        self.before = (self._packed(), [_hashed(r.data) for r in self.large])
+        self.after = None
         self.changed = None
 
+    def _packed(self) -> torch.Tensor | None:
+        """The small regions' bytes back to back, zero-padded to whole 8-byte words (compared as words)."""
+        if not self.small:
+            return None
+        total = sum(r.data.numel() for r in self.small)
+        packed = torch.empty(total + (-total) % 8, dtype=torch.uint8, device=self.small[0].data.device)
+        torch.cat([r.data for r in self.small], out=packed[:total])
+        packed[total:].zero_()
+        return packed
+
     def seal(self) -> "Witness":
-        for r in self.regions:
-            r.after = _fingerprint(r.data)
-        flags = [(r.before != r.after).any() for r in self.regions]
-        self.changed = torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
+        self.after = (self._packed(), [_hashed(r.data) for r in self.large])
+        pairs = [(self.before[0].view(torch.int64), self.after[0].view(torch.int64))] if self.small else []
+        flags = [(b != a).any() for b, a in pairs + list(zip(self.before[1], self.after[1]))]
+        self.changed = torch.stack(flags).any() if len(flags) > 1 else flags[0] if flags else \
+            torch.zeros((), dtype=torch.bool)
         return self
 
     def describe(self) -> str:
-        """Every changed input, by name, with where it first changed."""
-        return "; ".join(r.first_change() for r in self.regions if bool((r.before != r.after).any()))
+        """Every changed input, by name, with where it first changed (host work: a failing call only)."""
+        found = []
+        if self.small:
+            differs = (self.before[0] != self.after[0]).cpu()
+            at = 0
+            for r in self.small:
+                n = r.data.numel()
+                if bool(differs[at:at + n].any()):
+                    found.append(r.place(int(differs[at:at + n].nonzero()[0, 0])))
+                at += n
+        for r, b, a in zip(self.large, self.before[1], self.after[1]):
+            if bool((b != a).any()):
+                found.append(_first_hashed_change(r, b, a))
+        return "; ".join(found)
+
+
+def _hashed(data: torch.Tensor) -> torch.Tensor:
+    """A large storage's fingerprint: per-block weighted sums, then its tail bytes as they are."""
+    whole = data.numel() // HASH_ROW_BYTES * HASH_ROW_BYTES
+    rows = data[:whole].view(torch.int64).view(-1, _WORDS)
+    w = _weights(data.device)
+    sums = [(rows[k:k + HASH_SLICE_ROWS] * w).sum(dim=1) for k in range(0, rows.shape[0], HASH_SLICE_ROWS)]
+    return torch.cat(sums + [data[whole:].to(torch.int64)])
+
+
+def _first_hashed_change(r: _Region, before: torch.Tensor, after: torch.Tensor) -> str:
+    first = int((before != after).nonzero()[0, 0])
+    blocks = r.data.numel() // HASH_ROW_BYTES
+    if first >= blocks:                                    # in the tail, kept byte for byte
+        return r.place(blocks * HASH_ROW_BYTES + first - blocks)
+    return r.place(first * HASH_ROW_BYTES, f" (in the {HASH_ROW_BYTES}-byte block that starts there)")
 
 
 def changed_flags(witnesses: list[Witness]) -> list[bool]:

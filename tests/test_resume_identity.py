@@ -117,7 +117,7 @@ def test_every_row_records_its_identity(tmp_path, capsys):
     (row,) = read_rows(path)
     case = next(c for c in load_suite("smoke").cases if c.id == CASE)
     assert row["case_hash"] == case_hash(case.to_dict())
-    assert row["mla_verify_version"] == importlib.metadata.version("mla-verify")
+    assert row["mla_verify_version"] == environment.mla_verify_version()       # installed, or a checkout's pyproject
     assert why_run_again(row, row["backend_info"], row["case_hash"], row["mla_verify_version"]) is None
 
 
