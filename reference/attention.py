@@ -75,9 +75,10 @@ def mla_attention_batched(q, kv_pool, block_table, cache_seqlens, softmax_scale,
                           max_elements=MAX_BLOCK_ELEMENTS, compute_dtype=torch.float64):
     """The same function, vectorised: ``mla_attention_many`` on this one call.
 
-    Requests are computed in blocks of one shape (``batched.py``), padded so no block's largest
-    float64 tensor passes ``max_elements`` entries (beyond what one request needs); padded key slots
-    read a real token with weight 0, so poisoned (NaN) memory never leaks in.
+    Requests are computed in blocks of one shape (``batched.py``): on the CPU one request each, on a
+    GPU padded so no block's largest float64 tensor passes ``max_elements`` entries (beyond what one
+    request needs); padded key slots read a real token with weight 0, so poisoned (NaN) memory never
+    leaks in.
     """
     problem = Problem(q, kv_pool, block_table.cpu().numpy(), tuple(cache_seqlens.tolist()), softmax_scale, d_v,
                       causal, descale_scalar(descale_q), descale_scalar(descale_k))

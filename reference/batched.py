@@ -10,8 +10,13 @@ So the block a request lands in has a shape fixed by the request or by its own c
   block always has the same number of request slots; spare ones repeat a real request and
   are thrown away.  Small cases are host-bound, and this is what lets a chunk of them cost
   a few dozen launches per block instead of per case.
-- any other request goes to one of its own call's blocks: that call's requests shortest
-  first, as many as fit ``max_elements`` entries, padded to the longest.
+- any other request on a GPU goes to one of its own call's blocks: that call's requests
+  shortest first, as many as fit ``max_elements`` entries, padded to the longest.
+- on the CPU every request is a block of its own, padded to its own last page.  The CPU BLAS
+  (MKL's dgemm) orders a product's sums by the whole matrix's shape: the scores of 64 keys
+  come out in other last bits when the same keys are multiplied as the first 64 of 160, and a
+  matmul's batch count changes them too.  So on the CPU no matmul or reduction has a dimension
+  another request (or ``max_elements``) could change.
 
 The arithmetic per block is the batched definition (``attention.mla_attention_loop``):
 keys gathered page by page into head-major ``(rows, h_kv, n, d)``, so both matmuls read
@@ -28,7 +33,7 @@ import torch
 
 from .fp8 import dequantize_fp8, is_fp8
 
-MAX_BLOCK_ELEMENTS = 2 ** 28    # entries of a block's largest float64 tensor (scores or keys), past one request
+MAX_BLOCK_ELEMENTS = 2 ** 28    # on a GPU, entries of an own block's largest float64 tensor, past one request
 SHARED_MAX_KEYS = 256           # on a GPU, requests up to this long share blocks with other calls' requests
 SHARED_ROWS = 256               # request slots of a shared block, at most ...
 SHARED_BLOCK_ELEMENTS = 2 ** 25 # ... and as many as keep its largest tensor within this
@@ -96,7 +101,8 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
     to ``SHARED_MAX_KEYS`` (a multiple of the page size): one class whatever the length, so a chunk's
     short requests fill few blocks.  Any other request goes to one of its own call's
     blocks: its long requests shortest first, as many as fit ``max_elements``, padded to the longest.
-    Either way the block a request lands in is fixed by the request (shared) or by its own call (own).
+    The block a request lands in is fixed by the request (shared) or by its own call (own).  On the
+    CPU a request is a block alone, its shape fixed by the request (the module's docstring says why).
     """
     shared, blocks = {}, []
     for pi, p in enumerate(problems):
@@ -107,7 +113,10 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
         for r, n in enumerate(p.lengths):
             if n <= 0:
                 continue                  # no keys: out 0, LSE +inf, and nothing read
-            if not shares_blocks(p.q.device) or n > SHARED_MAX_KEYS:
+            if not shares_blocks(p.q.device):
+                blocks.append(_Block(_shape_class(p, _round_up(n, page_size), compute_dtype), 1, [(pi, r)]))
+                continue
+            if n > SHARED_MAX_KEYS:
                 own.append(r)
                 continue
             n_keys = _round_up(SHARED_MAX_KEYS, page_size)
@@ -128,8 +137,9 @@ def joins_shared_blocks(device: torch.device, lengths) -> bool:
 
 
 def shares_blocks(device: torch.device) -> bool:
-    """Whether calls share blocks on this device: on a GPU, where a spare slot costs next to nothing
-    and a launch costs more than a small block's arithmetic; not on the CPU, where it is the reverse."""
+    """Whether requests share blocks on this device: on a GPU, where a spare slot costs next to nothing
+    and a launch costs more than a small block's arithmetic; not on the CPU, where it is the reverse
+    and where a matmul's bits depend on its whole shape (each request is a block alone there)."""
     return device.type == "cuda"
 
 

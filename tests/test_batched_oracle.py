@@ -93,6 +93,21 @@ def test_a_request_lands_in_a_block_of_one_shape_whatever_its_company(sharing):
     assert bool(shared) == sharing, "forced sharing must put several calls in one block"
 
 
+def test_on_the_cpu_a_request_gets_the_bits_it_gets_alone_whatever_its_call_or_block_size(monkeypatch):
+    """The CPU BLAS sums a matmul's products in an order set by its whole shape (key count and batch),
+    so on the CPU each request is a block alone: its bits are those of a call holding it alone."""
+    monkeypatch.setattr(batched, "shares_blocks", lambda device: False)
+    for p in problems():
+        together = mla_attention_many([p])[0]
+        small_blocks = mla_attention_many([p], max_elements=1)[0]
+        assert all(torch.equal(a, b) for a, b in zip(together, small_blocks))
+        for r, n in enumerate(p.lengths):
+            alone = Problem(p.q[r:r + 1], p.kv_pool, p.block_table[r:r + 1], (n,), p.softmax_scale, p.d_v,
+                            p.causal, p.descale_q, p.descale_k)
+            out, lse = mla_attention_many([alone])[0]
+            assert torch.equal(together[0][r:r + 1], out) and torch.equal(together[1][r:r + 1], lse), (p.lengths, r)
+
+
 def test_a_table_too_narrow_for_a_length_is_refused():
     p = random_problem(0, causal=True, s_q=1, heads=4, lengths=[65, 3])
     narrow = Problem(p.q, p.kv_pool, p.block_table[:, :1], p.lengths, p.softmax_scale, p.d_v, p.causal)
