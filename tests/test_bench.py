@@ -420,7 +420,7 @@ def test_line_of_an_untimed_row_says_why():
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path):
     if "--cross-check" in argv and torch.cuda.is_available():
-        pytest.skip("a CUDA machine may be able to cross-check")
+        pytest.skip("a CUDA device is present (it may cross-check): this checks the refusal without one")
     code, out, err = run_cli(["bench", "--suite", "smoke", "--device", "cpu", "--out", tmp_path / "x.jsonl", *argv])
     assert code == 2, (out, err)
     assert err.startswith("mla-verify: error:") and message in err and len(err.strip().splitlines()) == 1

@@ -312,7 +312,8 @@ def test_bad_suite_file_exits_2(tmp_path):
     assert code == 2 and f"{bad}: group 'g': heads: 10 query heads are not divisible by 3 kv heads" in err
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="a CUDA device is present: this checks the refusal on a CPU-only machine")
 def test_cuda_device_without_cuda_exits_2(tmp_path):
     code, _, err = run("--suite", "smoke", "--backend", "torch", "--device", "cuda", "--out", tmp_path / "r.jsonl")
     assert code == 2 and "no CUDA device" in err

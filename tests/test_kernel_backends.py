@@ -25,7 +25,8 @@ from harness.runner import run_case
 
 NEW = ("flashinfer-fa3", "flashinfer-fa2", "sglang-triton", "sglang-verify-mla", "flaggems")
 GPU_ONLY = ("flashinfer-fa3", "flashinfer-fa2", "flaggems")
-no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(),
+                             reason="a CUDA device is present: this checks the CPU-only behaviour")
 
 
 def small(mode="decode", dtype="bf16", s_q=1, **kw):

@@ -85,7 +85,8 @@ def test_resume_matches_rows_by_the_resolved_backend_not_its_spelling(tmp_path, 
 
 # 2. nothing verified is not a pass ---------------------------------------------------------------
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the flashmla case may run")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="a CUDA device is present: the flashmla case may run; this checks it unsupported without one")
 def test_nothing_verified_exits_5_and_the_report_agrees(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
     code, out, _ = run(capsys, "--suite", "verify", "--backend", "flashmla", "--case", "verify/drafts/7",
@@ -114,7 +115,7 @@ def test_verdicts_and_exit_codes_are_one_table():
 
 # 3. auto says what it chose, and --require-kernel fails without a kernel ---------------------------
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: this checks the CPU-only behaviour")
 def test_auto_says_what_it_verifies_and_require_kernel_refuses_torch(tmp_path, capsys):
     code, out, err = run(capsys, "--suite", "smoke", "--backend", "auto", "--case", "smoke/decode-bf16/0",
                          "--out", tmp_path / "a.jsonl")
