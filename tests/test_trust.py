@@ -86,7 +86,7 @@ def test_resume_matches_rows_by_the_resolved_backend_not_its_spelling(tmp_path, 
 # 2. nothing verified is not a pass ---------------------------------------------------------------
 
 @pytest.mark.skipif(torch.cuda.is_available(),
-                    reason="a CUDA device is present: the flashmla case may run; this checks it unsupported without one")
+                    reason="a CUDA device is present: the flashmla case may run; this checks it unsupported without")
 def test_nothing_verified_exits_5_and_the_report_agrees(tmp_path, capsys):
     path = tmp_path / "r.jsonl"
     code, out, _ = run(capsys, "--suite", "verify", "--backend", "flashmla", "--case", "verify/drafts/7",
