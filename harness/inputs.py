@@ -156,7 +156,12 @@ def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
 def poisoned(shape, dtype, device) -> torch.Tensor:
     """A NaN-filled tensor inside NaN guard regions (``integrity.guarded``), filled in place through its
     bits: no float32 copy of a pool of many GiB."""
-    return guarded(shape, dtype, device, int(as_bits(torch.tensor([float("nan")]).to(dtype))[0]))
+    return guarded(shape, dtype, device, _nan_bits(dtype))
+
+
+@lru_cache(maxsize=16)
+def _nan_bits(dtype: torch.dtype) -> int:
+    return int(as_bits(torch.tensor([float("nan")]).to(dtype))[0])
 
 
 def output_buffer(inputs: "Inputs") -> torch.Tensor:

@@ -109,8 +109,9 @@ class Witness:
     it (``seal``).  ``changed`` is a device bool, read with the comparison's transfer; ``describe``
     names the first change (only called when it is true).
 
-    The small storages (tables, lengths, scales, q, the output's guards) are copied together, one
-    concatenation before and one after: a small case's host time is its launches."""
+    A fingerprint is one int64 vector: the small storages' bytes (tables, lengths, scales, the output's
+    guards), copied together and read as words, then each large storage's block sums.  A small case's
+    host time is its launches, so each fingerprint is a handful of them and a comparison is two."""
 
     def __init__(self, inputs):
         regions, seen = [], set()
@@ -125,52 +126,63 @@ class Witness:
                 regions.append(_storage_region(f.name, t))
         self.small = [r for r in regions if r.data.numel() <= COPY_MAX_BYTES]
         self.large = [r for r in regions if r.data.numel() > COPY_MAX_BYTES]
-        self.before = (self._packed(), [_hashed(r.data) for r in self.large])
-        self.after = None
-        self.changed = None
+        self.small_bytes = sum(r.data.numel() for r in self.small)
+        self.small_words = -(-self.small_bytes // 8)
+        self.device = regions[0].data.device if regions else torch.device("cpu")
+        self.before = self._fingerprint()
+        self.after = self.changed = None
 
-    def _packed(self) -> torch.Tensor | None:
-        """The small regions' bytes back to back, zero-padded to whole 8-byte words (compared as words)."""
-        if not self.small:
-            return None
-        total = sum(r.data.numel() for r in self.small)
-        packed = torch.empty(total + (-total) % 8, dtype=torch.uint8, device=self.small[0].data.device)
-        torch.cat([r.data for r in self.small], out=packed[:total])
-        packed[total:].zero_()
-        return packed
+    def _fingerprint(self) -> torch.Tensor:
+        lengths = [_hash_length(r.data.numel()) for r in self.large]
+        vector = torch.empty(self.small_words + sum(lengths), dtype=torch.int64, device=self.device)
+        if self.small:
+            as_bytes = vector[:self.small_words].view(torch.uint8)
+            torch.cat([r.data for r in self.small], out=as_bytes[:self.small_bytes])
+            as_bytes[self.small_bytes:].zero_()
+        at = self.small_words
+        for r, n in zip(self.large, lengths):
+            _hash_into(r.data, vector[at:at + n])
+            at += n
+        return vector
 
     def seal(self) -> "Witness":
-        self.after = (self._packed(), [_hashed(r.data) for r in self.large])
-        pairs = [(self.before[0].view(torch.int64), self.after[0].view(torch.int64))] if self.small else []
-        flags = [(b != a).any() for b, a in pairs + list(zip(self.before[1], self.after[1]))]
-        self.changed = torch.stack(flags).any() if len(flags) > 1 else flags[0] if flags else \
-            torch.zeros((), dtype=torch.bool)
+        self.after = self._fingerprint()
+        self.changed = (self.before != self.after).any()
         return self
 
     def describe(self) -> str:
         """Every changed input, by name, with where it first changed (host work: a failing call only)."""
-        found = []
-        if self.small:
-            differs = (self.before[0] != self.after[0]).cpu()
-            at = 0
-            for r in self.small:
-                n = r.data.numel()
-                if bool(differs[at:at + n].any()):
-                    found.append(r.place(int(differs[at:at + n].nonzero()[0, 0])))
-                at += n
-        for r, b, a in zip(self.large, self.before[1], self.after[1]):
-            if bool((b != a).any()):
-                found.append(_first_hashed_change(r, b, a))
+        before, after, found = self.before.cpu(), self.after.cpu(), []
+        differs = before[:self.small_words].view(torch.uint8) != after[:self.small_words].view(torch.uint8)
+        at = 0
+        for r in self.small:
+            n = r.data.numel()
+            if bool(differs[at:at + n].any()):
+                found.append(r.place(int(differs[at:at + n].nonzero()[0, 0])))
+            at += n
+        at = self.small_words
+        for r in self.large:
+            n = _hash_length(r.data.numel())
+            if not torch.equal(before[at:at + n], after[at:at + n]):
+                found.append(_first_hashed_change(r, before[at:at + n], after[at:at + n]))
+            at += n
         return "; ".join(found)
 
 
-def _hashed(data: torch.Tensor) -> torch.Tensor:
-    """A large storage's fingerprint: per-block weighted sums, then its tail bytes as they are."""
-    whole = data.numel() // HASH_ROW_BYTES * HASH_ROW_BYTES
-    rows = data[:whole].view(torch.int64).view(-1, _WORDS)
+def _hash_length(nbytes: int) -> int:
+    """A large storage's fingerprint length: one sum per whole block, then one word per tail byte."""
+    return nbytes // HASH_ROW_BYTES + nbytes % HASH_ROW_BYTES
+
+
+def _hash_into(data: torch.Tensor, out: torch.Tensor):
+    """A large storage's fingerprint into ``out``: per-block weighted sums, then its tail bytes as they are."""
+    blocks = data.numel() // HASH_ROW_BYTES
+    rows = data[:blocks * HASH_ROW_BYTES].view(torch.int64).view(-1, _WORDS)
     w = _weights(data.device)
-    sums = [(rows[k:k + HASH_SLICE_ROWS] * w).sum(dim=1) for k in range(0, rows.shape[0], HASH_SLICE_ROWS)]
-    return torch.cat(sums + [data[whole:].to(torch.int64)])
+    for k in range(0, blocks, HASH_SLICE_ROWS):
+        torch.sum(rows[k:k + HASH_SLICE_ROWS] * w, dim=1, out=out[k:min(k + HASH_SLICE_ROWS, blocks)])
+    if blocks < out.numel():
+        out[blocks:].copy_(data[blocks * HASH_ROW_BYTES:])
 
 
 def _first_hashed_change(r: _Region, before: torch.Tensor, after: torch.Tensor) -> str:
