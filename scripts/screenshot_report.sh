@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Build a report with some failures and screenshot it in headless Debian chromium.
+# Screenshot a report's first screen (1400 x 900) in headless Debian chromium.
 #
-#   scripts/screenshot_report.sh [OUT.png]      (default docs/report-screenshot.png)
+#   scripts/screenshot_report.sh [OUT.png]               (default docs/report-screenshot.png)
+#   scripts/screenshot_report.sh OUT.png REPORT.html     (an existing report, e.g. reports/examples/*.html)
 #
-# Two runs of the smoke suite on the torch kernel with planted bugs, so the page has every
-# kind of mark: an "old build" (a small wrong scale on 128-head decode) is the baseline, a
-# "new build" fixes that but shifts the verify causal mask, scales fp8 output, raises on one
-# group and adds a little error to the rest (a regression under the bound).
-# Env: MLA_VERIFY (the CLI), WINDOW (default 1400,2400), KEEP=DIR (keep the results and HTML).
+# Without REPORT.html it first builds a report with some failures: two runs of the smoke suite
+# on the torch kernel with planted bugs, so the page has every kind of mark. An "old build" (a
+# small wrong scale on 128-head decode) is the baseline; a "new build" fixes that but shifts the
+# verify causal mask, scales fp8 output, raises on one group and adds a little error to the rest
+# (a regression under the bound). OUT.png is relative to the repository root.
+# Env: MLA_VERIFY (the CLI), KEEP=DIR (keep the results and HTML), WINDOW (default 1400,900: the
+# first screen, what a reader sees without scrolling; e.g. WINDOW=1400,2400 for more of the page).
 set -euo pipefail
+given=${2:-}
+if [ -n "$given" ]; then
+  [ -f "$given" ] || { echo "screenshot_report.sh: no such report: $given" >&2; exit 2; }
+  given=$(realpath "$given")
+fi
 cd "$(dirname "$0")/.."
 out=${1:-docs/report-screenshot.png}
 cli=${MLA_VERIFY:-.venv/bin/mla-verify}
@@ -19,6 +27,9 @@ if [ -z "$browser" ]; then
 fi
 work=${KEEP:-$(mktemp -d)}
 mkdir -p "$work"
+if [ -n "$given" ]; then
+  html=$given
+else
 cat > "$work/builds.py" <<'PY'
 import torch
 from harness.backends.torch_backend import TorchBackend
@@ -27,7 +38,7 @@ from harness.backends.torch_backend import TorchBackend
 class OldBuild(TorchBackend):
     """Last week's kernel: 128-head decode came out 2% too large."""
     def finalize(self, inputs, out, lse):
-        if inputs.case.heads >= 64:
+        if inputs.q.shape[2] >= 64:                        # q is (b, s_q, heads, d)
             out = out * 1.02
         return super().finalize(inputs, out, lse)
 
@@ -38,7 +49,7 @@ class NewBuild(TorchBackend):
         return super().visible(pos, seq + 1, s_q, causal)
 
     def finalize(self, inputs, out, lse):
-        if inputs.case.batch_size == 6:
+        if inputs.batch_size == 6:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         out = out * (1.1 if inputs.is_fp8 else 1.003)   # fp8: a wrong scale; bf16: a little drift
         return super().finalize(inputs, out, lse)
@@ -52,11 +63,12 @@ for build in OldBuild NewBuild; do
 done
 html=$("$cli" report "$work/NewBuild.jsonl" --baseline "$work/OldBuild.jsonl" -o "$work/report.html" \
        --title "mla-verify report: smoke, new build vs old")
+fi
 mkdir -p "$(dirname "$out")"
 profile=$(mktemp -d)
 "$browser" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
   --disable-component-update --disable-sync --user-data-dir="$profile" --hide-scrollbars \
-  --window-size="${WINDOW:-1400,2400}" --screenshot="$(realpath -m "$out")" "file://$(realpath "$html")" \
+  --window-size="${WINDOW:-1400,900}" --screenshot="$(realpath -m "$out")" "file://$(realpath "$html")" \
   > "$work/chromium.log" 2>&1 || { cat "$work/chromium.log" >&2; exit 1; }
 rm -rf "$profile"
 [ -n "${KEEP:-}" ] || rm -rf "$work"
