@@ -260,6 +260,18 @@ def test_failing_plugins_exit_1(tmp_path, broken, device, name, status, check, t
     assert all(text in (r.get("reason") or "") + " ".join(r.get("messages") or []) for r in rows)
 
 
+@pytest.mark.parametrize("name,check", [("NotATensor", "out.type"), ("Exits", "raised")])
+def test_malformed_answers_in_a_worker_process_are_the_kernels(tmp_path, broken, name, check):
+    """The same judgement where kernels run by default, in a worker process (a sys.exit there would
+    otherwise look like a crashed worker)."""
+    out = tmp_path / "r.jsonl"
+    code, _, err = run("--suite", "smoke", "--backend", f"{broken}:{name}", "--out", out, workers="1")
+    assert code == 1, err
+    rows = rows_of(out)
+    assert len(rows) == len(SMOKE_IDS) and all(check in r["failed_checks"] for r in rows)
+    assert {r["status"] for r in rows} <= {"fail", "error"}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: an answer left on the host")
 def test_an_answer_on_the_host_fails_out_device_on_cuda(tmp_path, broken):
     out = tmp_path / "r.jsonl"
