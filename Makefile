@@ -1,4 +1,5 @@
-# mla-verify.  `make setup verify` on a fresh machine; `make test` runs the test suite.
+# mla-verify.  On a fresh machine `make verify` sets up .venv (`make setup`) and runs the main suites with a
+# report; `make test` sets up too, then runs pytest and the mutant selfcheck.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin

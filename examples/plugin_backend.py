@@ -21,16 +21,23 @@ A backend has four parts:
 ``run(inputs)``
     The kernel call.  ``inputs`` is a ``harness.inputs.Inputs``:
 
-    - ``q`` ``(b, s_q, h_q, d_qk)``: bf16/fp16, or fp8 with ``descale_q``;
-    - ``kv_pool`` ``(num_pages, page_size, h_kv, d_qk)``: the paged latent cache
-      (V is its first ``d_v`` dims), with ``descale_k`` for fp8.  Every slot that is
-      not one of a request's tokens holds NaN, so a kernel that reads outside its
+    - ``inputs.q`` ``(b, s_q, h_q, d_qk)``: bf16/fp16, or fp8 with ``inputs.descale_q``;
+    - ``inputs.kv_pool`` ``(num_pages, page_size, h_kv, d_qk)``: the paged latent cache
+      (V is its first ``d_v`` dims), with ``inputs.descale_k`` for fp8.  Every slot that
+      is not one of a request's tokens holds NaN, so a kernel that reads outside its
       tokens fails loudly;
-    - ``block_table`` ``(b, max_pages)`` int32: request r's pages, padded past its
-      last page with -1, 1, 0 or a huge id (the case's padding policy);
-    - ``cache_seqlens`` ``(b,)`` int32: tokens in the cache per request (for
+    - ``inputs.block_table`` ``(b, max_pages)`` int32: request r's pages, padded past its
+      last page with -1, 1, 0, a huge id or other requests' pages (the case's padding policy);
+    - ``inputs.cache_seqlens`` ``(b,)`` int32: tokens in the cache per request (for
       target-verify this includes the ``s_q`` draft tokens, already written);
-    - ``softmax_scale``, ``d_v``, ``causal`` and ``case`` (the whole case).
+    - ``inputs.softmax_scale``, ``inputs.d_v``, ``inputs.causal`` and ``inputs.mode``
+      (``"decode"`` or ``"verify"``); ``inputs.model_dtype``, the model's dtype, which out
+      must have unless ``capabilities.out_dtype`` declares another;
+    - for a kernel that indexes by token slots as SGLang's Triton kernels do:
+      ``inputs.seq_lens``, ``inputs.req_to_token`` and ``inputs.req_pool_indices``;
+    - ``inputs.out``: a poisoned ``(b, s_q, h_q, d_v)`` buffer in the model dtype between
+      guard regions, the engine's output buffer: write out there or return your own.
+      Writing into any other input fails the case with the check ``inputs.unchanged``.
 
     It returns out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)`` on the
     inputs' device.  Query token i sits at position ``cache_seqlens - s_q + i`` and
