@@ -11,6 +11,7 @@ Adding a check: compute it (in ``compare.py`` for a tensor check, in its
 scenario otherwise) and add one entry below.
 """
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -73,22 +74,28 @@ RAISED, CRASH, TIMEOUT = "raised", "crash", "timeout"
 HARNESS_PREFIX = "harness."
 
 
+def float_or_nan(value) -> float:
+    """A number read from a row as a float: rows spell inf and NaN as strings (JSON has neither); anything
+    that is not a number (missing, a bool, text) is NaN."""
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def over_bound(metrics: dict) -> tuple[float, float]:
     """A tensor check's (worst |err|/bound, cos diff/bound) from its recorded metrics.
 
     A NaN/inf position that differs counts as infinitely far over the bound.  Pure
     Python on the row's numbers, so the report reads rows written by any version.
     """
-    def num(v):
-        try:
-            return float(v)
-        except (TypeError, ValueError):
-            return float("nan")
     bound = metrics.get("bound") if isinstance(metrics.get("bound"), dict) else {}
-    nonfinite = num(metrics.get("nonfinite_mismatches")) > 0
-    ratio = float("inf") if nonfinite else num(metrics.get("worst_ratio"))
-    cos_bound = num(bound.get("cos_diff"))
-    cos = num(metrics.get("cos_diff")) / cos_bound if cos_bound > 0 else float("nan")
+    nonfinite = float_or_nan(metrics.get("nonfinite_mismatches")) > 0
+    ratio = math.inf if nonfinite else float_or_nan(metrics.get("worst_ratio"))
+    cos_bound = float_or_nan(bound.get("cos_diff"))
+    cos = float_or_nan(metrics.get("cos_diff")) / cos_bound if cos_bound > 0 else math.nan
     return ratio, cos
 
 

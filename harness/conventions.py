@@ -44,6 +44,8 @@ import dataclasses
 
 import torch
 
+from reference import descale_scalar
+
 from .inputs import Inputs
 from .pool import pages_for, token_index
 
@@ -106,7 +108,7 @@ def view_width(case, capabilities) -> int:
 
 def _extend_view(inputs: Inputs) -> Inputs:
     d_v, d = inputs.d_v, inputs.q.shape[-1]
-    k_scale = float(inputs.descale_k.reshape(-1)[0])
+    k_scale = descale_scalar(inputs.descale_k)
     q = inputs.q_model
     view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
                         q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from reference import descale_scalar
+
 from .base import Backend, Capabilities, Unsupported
 from .optional import LazyKernel, dist_version
 
@@ -123,7 +125,7 @@ class FlashInferMLABackend(LazyKernel, Backend):
         self.plan(inputs, q, pool.dtype)
         scale = {}
         if inputs.is_fp8:
-            k_scale = float(inputs.descale_k.reshape(-1)[0])
+            k_scale = descale_scalar(inputs.descale_k)
             scale = {"ckv_scale": k_scale, "kpe_scale": k_scale}
         out, lse = self.wrapper(q.device).run(
             query=q.reshape(b * s_q, h, d), kv_cache=pool.reshape(pool.shape[0], pool.shape[1], d),

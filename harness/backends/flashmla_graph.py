@@ -17,7 +17,7 @@ inside the graph, as ``scaled_fp8_quant`` does in the seed's forward.
 
 import torch
 
-from reference import quantize_fp8
+from reference import descale_scalar, quantize_fp8
 
 from ..pool import pages_for
 
@@ -32,7 +32,7 @@ class FlashMLAGraphSession:
         self.s_q, self.h_q, self.h_kv = inputs.s_q, inputs.q.shape[2], inputs.kv_pool.shape[2]
         self.fp8 = inputs.is_fp8
         # read once here: a device-to-host read inside graph capture is an error
-        self.k_scale = float(inputs.descale_k[0]) if self.fp8 else None
+        self.k_scale = descale_scalar(inputs.descale_k) if self.fp8 else None
         self.max_bs = max_bs
         self.page_size = inputs.page_size
         self.table = torch.full((max_bs, (max_context_len + self.page_size) // self.page_size), 1, dtype=torch.int32,

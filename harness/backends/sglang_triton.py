@@ -31,6 +31,8 @@ import os
 
 import torch
 
+from reference import descale_scalar
+
 from .base import Backend, Capabilities
 from .optional import LazyKernel, dist_version
 
@@ -71,7 +73,7 @@ def model_q(inputs) -> torch.Tensor:
 
 def scales(inputs) -> tuple[float, float]:
     """``k_scale, v_scale`` as ``layer.k_scale_float`` (1.0 without an fp8 cache)."""
-    k = float(inputs.descale_k.reshape(-1)[0]) if inputs.is_fp8 else 1.0
+    k = descale_scalar(inputs.descale_k) if inputs.is_fp8 else 1.0
     return k, k
 
 

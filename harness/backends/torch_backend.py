@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from reference import dequantize_fp8, is_fp8, merge_attention
+from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
 from ..pool import pages_for
 from .base import Backend
@@ -35,7 +35,7 @@ class TorchBackend(Backend):
 
     def read(self, x, descale) -> torch.Tensor:
         if is_fp8(x.dtype):
-            return dequantize_fp8(x, float(descale.reshape(-1)[0]), torch.float32)
+            return dequantize_fp8(x, descale_scalar(descale), torch.float32)
         return x.float()
 
     def read_keys(self, inputs, kv) -> torch.Tensor:

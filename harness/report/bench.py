@@ -8,6 +8,7 @@ achieved FLOP/s (log y), under the two measured ceilings: the copy bandwidth
 
 import math
 
+from ..checks import float_or_nan
 from .text import esc
 
 PALETTE = ["#1f5fa8", "#d4580f", "#2f8a4a", "#7b1fa2", "#b28704", "#c62828", "#00838f", "#5d4037"]
@@ -18,13 +19,6 @@ CSS = ("#bench .pt{stroke:#fff;stroke-width:1}#bench .cmem{stroke:#1f5fa8;stroke
 
 def bench_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if isinstance(r.get("bench"), dict)]
-
-
-def _f(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _si(v: float, unit: str) -> str:
@@ -41,7 +35,7 @@ def _si(v: float, unit: str) -> str:
 def _us(k: dict | None) -> str:
     if not k:
         return ""
-    return f"{_f(k.get('p50')):.1f}"
+    return f"{float_or_nan(k.get('p50')):.1f}"
 
 
 def _table(rows: list[dict]) -> str:
@@ -56,25 +50,27 @@ def _table(rows: list[dict]) -> str:
         k = b.get("kernel_us") or {}
         s = esc(r.get("status"))
         shape = (f"{r.get('batch_size')}×{r.get('heads')}×{r.get('s_q')}"
-                 + (f" L̄={_f(b.get('seqlen_mean')):.0f}" if b.get("seqlen_mean") is not None else ""))
+                 + (f" L̄={float_or_nan(b.get('seqlen_mean')):.0f}" if b.get("seqlen_mean") is not None else ""))
         note = "" if b.get("timed") else esc(b.get("why") or r.get("reason") or "not timed")
         if k.get("wide"):
-            note = f"<span class='warn'>wide spread p90/p10 = {_f(k.get('spread')):.2f}: noisy</span> " + note
+            note = f"<span class='warn'>wide spread p90/p10 = {float_or_nan(k.get('spread')):.2f}: noisy</span> " + note
         if b.get("e2e_note"):
             note += " " + esc(b["e2e_note"])
         x = b.get("cross_check") or {}
         xc = ""
         if x:
             xc = (esc(x.get("error", "error"))[:80] if "error" in x else
-                  f"<span class='{'' if x.get('agrees') else 'warn'}'>{_f(x.get('ratio')):.3f}</span>")
+                  f"<span class='{'' if x.get('agrees') else 'warn'}'>{float_or_nan(x.get('ratio')):.3f}</span>")
         timed = b.get("timed")
         cells = [f"<span class='st s-{s}'>{s}</span>", esc(r["case_id"]), esc(r.get("backend")), esc(r.get("mode")),
                  esc(r.get("dtype")), esc(shape)]
         if timed:
             e = b.get("e2e_us")
-            cells += [_us(k), f"{_f(k.get('p10')):.1f}–{_f(k.get('p90')):.1f}", _us(e), esc(b.get("e2e_mode", "")),
-                      _si(_f(b.get("bytes_per_s")), "B/s"), _si(_f(b.get("flop_per_s")), "FLOP/s"),
-                      f"{_f(b.get('intensity')):.1f}", esc(b.get("bound")), f"{_f(b.get('pct_of_ceiling')):.1f}%"]
+            spread = f"{float_or_nan(k.get('p10')):.1f}–{float_or_nan(k.get('p90')):.1f}"
+            cells += [_us(k), spread, _us(e), esc(b.get("e2e_mode", "")),
+                      _si(float_or_nan(b.get("bytes_per_s")), "B/s"), _si(float_or_nan(b.get("flop_per_s")), "FLOP/s"),
+                      f"{float_or_nan(b.get('intensity')):.1f}", esc(b.get("bound")),
+                      f"{float_or_nan(b.get('pct_of_ceiling')):.1f}%"]
         else:
             cells += [""] * 9           # no speed for a row that was not verified and timed
         cells += [xc, note]
@@ -90,15 +86,15 @@ def _decades(lo: float, hi: float) -> tuple[int, int]:
 
 def roofline(rows: list[dict]) -> str:
     """Inline SVG: log intensity x, log FLOP/s y, both ceilings, one point per timed (case, backend)."""
-    timed = [r for r in rows if r["bench"].get("timed") and _f(r["bench"].get("flop_per_s")) > 0
-             and _f(r["bench"].get("intensity")) > 0]
+    timed = [r for r in rows if r["bench"].get("timed") and float_or_nan(r["bench"].get("flop_per_s")) > 0
+             and float_or_nan(r["bench"].get("intensity")) > 0]
     if not timed:
         return ""
     c = timed[0]["bench"].get("ceilings") or {}
-    bw, peak = _f(c.get("copy_bytes_per_s")), _f(c.get("matmul_flop_per_s"))
+    bw, peak = float_or_nan(c.get("copy_bytes_per_s")), float_or_nan(c.get("matmul_flop_per_s"))
     ridge = peak / bw if bw > 0 and peak > 0 else math.nan
-    xs = [_f(r["bench"]["intensity"]) for r in timed]
-    ys = [_f(r["bench"]["flop_per_s"]) for r in timed]
+    xs = [float_or_nan(r["bench"]["intensity"]) for r in timed]
+    ys = [float_or_nan(r["bench"]["flop_per_s"]) for r in timed]
     have_ceil = math.isfinite(ridge)
     x0, x1 = _decades(min(xs + ([ridge] if have_ceil else [])) / 2, max(xs + ([ridge] if have_ceil else [])) * 2)
     y0, y1 = _decades(min(ys + ([bw * 10.0 ** x0] if have_ceil else [])), max(ys + ([peak * 1.2] if have_ceil else [])))
@@ -132,9 +128,10 @@ def roofline(rows: list[dict]) -> str:
     colour = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(backends)}
     for r, x, y in zip(timed, xs, ys):
         b = r["bench"]
-        tip = (f"{r['case_id']} · {r.get('backend')}: {_f(b['kernel_us']['p50']):.1f} µs, "
-               f"{_si(y, 'FLOP/s')}, {_si(_f(b.get('bytes_per_s')), 'B/s')}, {x:.1f} FLOP/B, {b.get('bound')}-bound, "
-               f"{_f(b.get('pct_of_ceiling')):.1f}% of ceiling")
+        tip = (f"{r['case_id']} · {r.get('backend')}: {float_or_nan(b['kernel_us']['p50']):.1f} µs, "
+               f"{_si(y, 'FLOP/s')}, {_si(float_or_nan(b.get('bytes_per_s')), 'B/s')}, {x:.1f} FLOP/B, "
+               f"{b.get('bound')}-bound, "
+               f"{float_or_nan(b.get('pct_of_ceiling')):.1f}% of ceiling")
         out.append(f"<circle class='pt' cx='{X(x):.1f}' cy='{Y(y):.1f}' r='5' fill='{colour[str(r.get('backend'))]}' "
                    f"data-case='{esc(r['case_id'])}' data-backend='{esc(r.get('backend'))}' data-x='{x:.6g}' "
                    f"data-y='{y:.6g}'><title>{esc(tip)}</title></circle>")
@@ -166,8 +163,8 @@ def section(rows: list[dict]) -> str:
         notes.append(f"{wide} row(s) have a wide spread (p90/p10 > 1.10): the device was noisy.")
     c = (timed[0]["bench"].get("ceilings") or {}) if timed else {}
     ceil = (f"Ceilings ({esc(c.get('device_name'))}, measured {esc(c.get('measured_at'))}): copy "
-            f"{_si(_f(c.get('copy_bytes_per_s')), 'B/s')}, bf16 matmul "
-            f"{_si(_f(c.get('matmul_flop_per_s')), 'FLOP/s')}; "
+            f"{_si(float_or_nan(c.get('copy_bytes_per_s')), 'B/s')}, bf16 matmul "
+            f"{_si(float_or_nan(c.get('matmul_flop_per_s')), 'FLOP/s')}; "
             f"{esc(c.get('method'))}." if c else "")
     explain = ("Kernel time: device time per call (kineto on a GPU, L2 flushed before each call), p50 with p10–p90. "
                "FLOPs = b·h_q·s_q·2·L̄·(d_qk + d_v); bytes = KV once per KV head + q + out. A point is memory-bound "

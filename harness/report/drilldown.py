@@ -8,7 +8,7 @@ of error over bound; the worst elements with their indices and values.
 
 import math
 
-from ..checks import BY_TENSOR, TENSOR_NAMES
+from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
 from ..status import Status
 from . import svg
 from .baseline import GROWTH_MARKS, describe_growth
@@ -21,9 +21,9 @@ OUT_AXES = ("request", "query token", "head", "d_v")
 
 def metric_cell(r, label=None) -> str:
     """A table cell with an error-over-bound bar (log axis, the bound at the middle)."""
-    r = svg.value(r)
+    r = float_or_nan(r)
     cls = "m hot" if r > 1 else "m"
-    return (f'<td class="{cls}" style="--w:{svg.bar_width(r):.0f}%;--c:{svg.colour(r)}" data-v="{svg.value(r):.4g}">'
+    return (f'<td class="{cls}" style="--w:{svg.bar_width(r):.0f}%;--c:{svg.colour(r)}" data-v="{float_or_nan(r):.4g}">'
             f'{label or ratio(r) + "×"}')
 
 
@@ -35,23 +35,24 @@ def _checks_table(metrics: dict) -> str:
             continue
         label, what = BY_TENSOR[name].label, BY_TENSOR[name].what
         b = m.get("bound") if isinstance(m.get("bound"), dict) else {}
-        cos, cos_b = svg.value(m.get("cos_diff")), svg.value(b.get("cos_diff"))
+        cos, cos_b = float_or_nan(m.get("cos_diff")), float_or_nan(b.get("cos_diff"))
         verdict = "✓ pass" if m.get("passed") else "✗ " + ", ".join(map(str, m.get("failures") or []))
         idx = m.get("worst_index")
-        worst = (f"[{', '.join(map(str, idx))}]: {sci(svg.value(m.get('worst_actual')))} vs "
-                 f"{sci(svg.value(m.get('worst_expected')))}") if idx else "–"
+        worst = (f"[{', '.join(map(str, idx))}]: {sci(float_or_nan(m.get('worst_actual')))} vs "
+                 f"{sci(float_or_nan(m.get('worst_expected')))}") if idx else "–"
         shape = m.get("shape") or []
         n = math.prod(int(s) for s in shape) if shape else 0
-        bound = (f"|err| ≤ {svg.value(b.get('atol')):g} + {svg.value(b.get('rtol')):g}·|e|, "
-                 f"cos ≤ {svg.value(b.get('cos_diff')):g}" if "atol" in b
+        bound = (f"|err| ≤ {float_or_nan(b.get('atol')):g} + {float_or_nan(b.get('rtol')):g}·|e|, "
+                 f"cos ≤ {float_or_nan(b.get('cos_diff')):g}" if "atol" in b
                  else "shapes differ")
         rows.append(
             f'<tr><th title="{esc(what)}">{esc(label)}<small>{esc(bound)}</small>'
             f'<td class="{"ok" if m.get("passed") else "bad"}">{esc(verdict)}{metric_cell(m.get("worst_ratio"))}'
             f'{metric_cell(cos / cos_b if cos_b else math.nan, f"{sci(cos)} / {sci(cos_b)}")}'
-            f'<td class="num">{int(svg.value(m.get("violations")) or 0):,} / {n:,}'
-            f'<td class="num">{sci(svg.value(m.get("max_abs_err")))}<td class="num">{sci(svg.value(m.get("rel_l2")))}'
-            f'<td class="num">{int(svg.value(m.get("nonfinite_mismatches")) or 0)}<td class="idx">{esc(worst)}</tr>')
+            f'<td class="num">{int(float_or_nan(m.get("violations")) or 0):,} / {n:,}'
+            f'<td class="num">{sci(float_or_nan(m.get("max_abs_err")))}'
+            f'<td class="num">{sci(float_or_nan(m.get("rel_l2")))}'
+            f'<td class="num">{int(float_or_nan(m.get("nonfinite_mismatches")) or 0)}<td class="idx">{esc(worst)}</tr>')
     if not rows:
         return ""
     return ('<table class="checks"><thead><tr><th>check (bound)<th>verdict<th>worst |err|/bound'
@@ -77,7 +78,7 @@ def _worst_table(worst: list) -> str:
     for w in worst:
         idx = list(w.get("index") or [])
         named = " · ".join(f"{a} {i}" for a, i in zip(OUT_AXES, idx, strict=False))
-        a, e = svg.value(w.get("actual")), svg.value(w.get("expected"))
+        a, e = float_or_nan(w.get("actual")), float_or_nan(w.get("expected"))
         err = abs(a - e) if not (math.isnan(a) or math.isnan(e)) else math.nan
         rows.append(f'<tr><td class="idx">{esc(named)}<td class="num">{sci(a)}<td class="num">{sci(e)}'
                     f'<td class="num">{sci(err)}{metric_cell(w.get("ratio"))}</tr>')
@@ -132,7 +133,7 @@ def render(i: int, row: dict, frame_row) -> str:
               svg.heatmap(_transpose(diag.get("lse_head_query_ratio")), "head", "token",
                           "LSE: error / bound per head and query token")]
     out.append('<div class="row">' + "".join(c for c in charts if c) + "</div>" + svg.legend())
-    strips, note = svg.kv_strips(diag, int(svg.value(row.get("page_size")) or 0))
+    strips, note = svg.kv_strips(diag, int(float_or_nan(row.get("page_size")) or 0))
     if strips:
         out.append(f'<div class="row">{strips}</div>' + (f'<p class="note">{esc(note)}</p>' if note else ""))
     hists = [svg.histogram(diag.get("histogram"), "out: elements by error / bound"),

@@ -10,16 +10,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..checks import BY_TENSOR, TENSOR_NAMES
+from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
 from ..status import Status
 from .text import ratio
-
-
-def _num(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _failed_tensors(row: dict, kind: str) -> list[str]:
@@ -33,7 +26,7 @@ def _nonfinite_where(row: dict) -> str:
     per_request, lengths = diag.get("request_ratio"), diag.get("request_seqlen")
     if not isinstance(per_request, list) or not isinstance(lengths, list) or len(per_request) != len(lengths):
         return ""
-    hit = {i for i, r in enumerate(per_request) if math.isinf(_num(r))}
+    hit = {i for i, r in enumerate(per_request) if math.isinf(float_or_nan(r))}
     empty = {i for i, n in enumerate(lengths) if n == 0}
     if hit and hit == empty:
         return "only in rows with no keys"
@@ -79,7 +72,7 @@ class Finding:
 
 def size(rec: dict) -> float:
     """How big a case is, to pick the cheapest one to rerun: batch x heads x query tokens x longest request."""
-    dims = [_num(rec.get(k)) for k in ("batch_size", "heads", "s_q", "max_seqlen")]
+    dims = [float_or_nan(rec.get(k)) for k in ("batch_size", "heads", "s_q", "max_seqlen")]
     dims = [d if d > 0 else 1.0 for d in dims]            # NaN (unknown) and 0 (all empty) count as 1
     return math.prod(dims)
 

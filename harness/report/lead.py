@@ -4,7 +4,7 @@ scoreboard and the findings, each finding with the command that reruns its small
 import math
 
 from .fold import fold
-from .text import esc, ratio, seconds
+from .text import esc, int_text, ratio, seconds
 
 SHOWN_FINDINGS = 8       # the rest fold away: the first screen keeps the scoreboard and the top findings
 
@@ -63,8 +63,8 @@ def scoreboard(data) -> str:
 
 def _finding(f, k: int) -> str:
     rec = f.smallest
-    shape = (f'b={_int(rec.get("batch_size"))} h={_int(rec.get("heads"))} s_q={_int(rec.get("s_q"))} '
-             f'longest {_int(rec.get("max_seqlen"))}')
+    shape = (f'b={int_text(rec.get("batch_size"))} h={int_text(rec.get("heads"))} s_q={int_text(rec.get("s_q"))} '
+             f'longest {int_text(rec.get("max_seqlen"))}')
     cmd = rec.get("rerun") or ""
     rerun = (f'<code class="cmd">{esc(cmd)}</code><button type="button" class="copy" onclick="{COPY}">copy</button>'
              if cmd else '<span class="meta">no rerun command recorded</span>')
@@ -72,13 +72,6 @@ def _finding(f, k: int) -> str:
             f'<td class="n"><b>{f.cases:,}</b><td><b>{esc(f.backend)}</b><td><span class="ev">{esc(f.evidence)}</span>'
             f'<small>smallest: <a href="#cases" title="{esc(shape)}">{esc(rec["case_id"])}</a> ({esc(shape)})</small>'
             f'<div class="rr">{rerun}</div></tr>')
-
-
-def _int(v) -> str:
-    try:
-        return str(int(v))
-    except (TypeError, ValueError):
-        return "?"
 
 
 def findings(data) -> str:

@@ -17,7 +17,7 @@ from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
 from .build import BAD, ReportData
 from .fold import fold
-from .text import esc, ratio
+from .text import esc, int_text, ratio
 
 STATUS_HELP = {
     Status.PASS: "every check within its bound", Status.FAIL: "a check out of bounds",
@@ -156,7 +156,8 @@ def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
     grew = describe_growth(r.get("growth")) if mark in GROWTH_MARKS else ""
     note = " · ".join(x for x in (why, grew) if x)
     note = f'<small class="{"why bad" if bad else "why"}">{esc(note)}</small>' if note else ""
-    shape = f'{_int(r.get("batch_size"))}×{_int(r.get("heads"))}×{_int(r.get("s_q"))} p{_int(r.get("page_size"))}'
+    shape = (f'{int_text(r.get("batch_size"))}×{int_text(r.get("heads"))}×{int_text(r.get("s_q"))} '
+             f'p{int_text(r.get("page_size"))}')
     cells = [f'<tr class="{"bad" if bad else ""}" data-s="{esc(s)}"'
              + (f' data-m="{esc(mark)}">' if with_mark else ">")]
     if with_mark:
@@ -170,13 +171,6 @@ def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
     ms = r.get("kernel_ms")
     cells.append(f'<td class="n">{"" if ms is None or math.isnan(ms) else f"{ms:.3g}"}</tr>')
     return "".join(cells)
-
-
-def _int(v) -> str:
-    try:
-        return str(int(v))
-    except (TypeError, ValueError):
-        return "?"
 
 
 def _order(df):

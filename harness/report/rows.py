@@ -15,19 +15,9 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 
-from ..checks import TENSOR_NAMES, over_bound
+from ..checks import TENSOR_NAMES, float_or_nan, over_bound
 from ..errors import InputError
 from ..results import read_rows, row_problem
-
-
-def num(value) -> float:
-    """A metric as a float: rows spell inf/NaN as strings (JSON has neither); missing is NaN."""
-    if isinstance(value, bool) or value is None:
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def row_key(row: dict) -> tuple:
@@ -55,10 +45,10 @@ def lean(row: dict) -> dict:
         "batch_size": row.get("batch_size"), "heads": row.get("heads"), "s_q": row.get("s_q"),
         "page_size": row.get("page_size"), "max_seqlen": _max_seqlen(row),
         "reason": row.get("reason") or "", "rerun": row.get("rerun") or "",
-        "wall_s": num(row.get("wall_s")), "kernel_ms": num(row.get("kernel_ms")),
+        "wall_s": float_or_nan(row.get("wall_s")), "kernel_ms": float_or_nan(row.get("kernel_ms")),
         "has_diag": bool(row.get("diagnostics")), "cannot_hold": bool(row.get("cannot_hold")),
         # when the case started and ended (Unix seconds), where the row records it
-        "started_at": num(row.get("started_at")), "finished_at": num(row.get("finished_at")),
+        "started_at": float_or_nan(row.get("started_at")), "finished_at": float_or_nan(row.get("finished_at")),
     }
     for name in TENSOR_NAMES:
         m = metrics.get(name)
@@ -78,7 +68,7 @@ def sample(row: dict):
     try:
         values = array("d", s["values"])                 # all numbers: the common case, in C
     except TypeError:                                    # "nan"/"inf" spelled as strings
-        values = array("d", (num(v) for v in s["values"]))
+        values = array("d", (float_or_nan(v) for v in s["values"]))
     return hash(tuple(s.get("positions") or ())), values
 
 

@@ -6,6 +6,7 @@ one colour are drawn as one path, so a 128-head x 8-token map stays a few KB.
 
 import math
 
+from ..checks import float_or_nan
 from .text import esc, ratio, short
 
 # log10(error / bound) bucket edges; the bound itself (0) splits the calm blues from the hot reds
@@ -16,17 +17,9 @@ NONFINITE = "#151515"      # a NaN/inf position that differs from the reference
 EMPTY = "#ffffff"
 
 
-def value(v) -> float:
-    """A summary number as a float; rows spell inf and NaN as strings."""
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def bucket(r) -> int:
     """Colour index of an error over bound: 0..9, or 10 for NaN/inf (a non-finite mismatch)."""
-    r = value(r)
+    r = float_or_nan(r)
     if math.isnan(r) or math.isinf(r):
         return len(COLOURS)
     if r <= 0:
@@ -42,7 +35,7 @@ def colour(r) -> str:
 
 def bar_width(r) -> float:
     """Percent of a bar for an error over bound on a log axis, 1e-3 .. 1e3; the bound sits at 50%."""
-    r = value(r)
+    r = float_or_nan(r)
     if math.isnan(r):
         return 0.0
     if math.isinf(r) or r >= 1e3:
@@ -82,7 +75,7 @@ def heatmap(grid, x_name: str, y_name: str, title: str) -> str:
             x += run
     cells = "".join(f'<path fill="{NONFINITE if b == len(COLOURS) else COLOURS[b]}" d="{"".join(d)}"/>'
                     for b, d in sorted(paths.items()))
-    data = ";".join(",".join(short(value(v)) for v in row) for row in grid)
+    data = ";".join(",".join(short(float_or_nan(v)) for v in row) for row in grid)
     width = max(left + w + 12, 6.8 * len(title))       # room for the title over a narrow map
     out = [f'<svg class="chart" width="{width:.0f}" height="{top + h + bottom:.0f}" role="img">',
            f'<text x="0" y="13" class="ct">{esc(title)}</text>',
@@ -135,8 +128,8 @@ def histogram(hist, title: str) -> str:
     """Element counts per bucket of log10(error / bound), bars on a log count axis."""
     if not isinstance(hist, dict) or not hist.get("counts"):
         return ""
-    counts = [int(value(c)) if not math.isnan(value(c)) else 0 for c in hist["counts"]]
-    edges = [value(e) for e in hist.get("edges_log10", [])]
+    counts = [int(float_or_nan(c)) if not math.isnan(float_or_nan(c)) else 0 for c in hist["counts"]]
+    edges = [float_or_nan(e) for e in hist.get("edges_log10", [])]
     if len(edges) != len(counts) + 1:
         return ""
     bw, left, top, ph = 34, 8, 34, 90
@@ -168,8 +161,8 @@ def histogram(hist, title: str) -> str:
 def kv_strips(diag: dict, page_size: int, cap: int = 32) -> tuple[str, str]:
     """Each request as a strip of its KV pages, coloured by the request's worst error over bound,
     with one cell per query token on the right.  Returns ``(svg, note)``."""
-    seq = [int(value(s)) for s in diag.get("request_seqlen") or []]
-    req = [value(r) for r in diag.get("request_ratio") or []]
+    seq = [int(float_or_nan(s)) for s in diag.get("request_seqlen") or []]
+    req = [float_or_nan(r) for r in diag.get("request_ratio") or []]
     if not seq or len(req) != len(seq) or not page_size:
         return "", ""
     fills = diag.get("request_last_page_fill") or [s % page_size or page_size for s in seq]
@@ -211,7 +204,7 @@ def kv_strips(diag: dict, page_size: int, cap: int = 32) -> tuple[str, str]:
         for t, r in enumerate(toks):
             out.append(f'<rect x="{right + t * tw}" y="{y}" width="{tw - 2}" height="{sh}" fill="{colour(r)}">'
                        f'<title>request {i}, query token {t}: sees keys up to {seq[i] - len(toks) + t}; '
-                       f'error/bound {ratio(value(r))}</title></rect>')
+                       f'error/bound {ratio(float_or_nan(r))}</title></rect>')
         out.append(f'<text x="{right + s_q * tw + 6}" y="{y + sh - 2}" class="tk">{seq[i]} keys · {pages} pg · '
                    f'last {fills[i]}/{page_size} · {ratio(req[i])}×</text>')
     base = top + len(order) * (sh + gap)

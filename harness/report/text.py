@@ -48,3 +48,11 @@ def seconds(s: float) -> str:
         return f"{s:.1f} s"
     m, s = divmod(s, 60)
     return f"{int(m)} min {s:.0f} s" if m < 60 else f"{int(m // 60)} h {int(m % 60)} min"
+
+
+def int_text(value) -> str:
+    """A count read from a row as text: its integer, or "?" where the row has none."""
+    try:
+        return str(int(value))
+    except (TypeError, ValueError):
+        return "?"

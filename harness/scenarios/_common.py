@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference import descale_scalar
+
 from .. import diagnostics, oracle
 from ..checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
 from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
@@ -267,7 +269,7 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
         warnings=[describe_failure(a.case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,
         details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
-                 "k_scale": None if a.inputs.descale_k is None else float(a.inputs.descale_k[0]),
+                 "k_scale": descale_scalar(a.inputs.descale_k),
                  **({"lse_produced": False} if a.lse is None else {})},
         kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))
 
