@@ -13,11 +13,12 @@ inside a larger allocation (``guarded``), with ``GUARD_BYTES`` of poison on each
 before or past the end of either lands in memory the witness watches.
 
 A fingerprint is a copy of a small storage, or, of a large one, one 64-bit weighted sum per
-``HASH_ROW_BYTES`` block (0.4% of its size; a change of one word always changes its block's sum, since
+``HASH_ROW_BYTES`` block (3% of its size; a change of one word always changes its block's sum, since
 each word's weight is odd).  Both are computed on the device without waiting for it; the one read to
-the host is the "changed" flag, in the comparison's transfer.
+the host is the "changed" flag, read once the comparison has waited for the device anyway.
 """
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -35,9 +36,7 @@ GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated 
 def guarded(shape, dtype, device, fill_bits: int) -> torch.Tensor:
     """A contiguous ``shape`` view inside an allocation with ``GUARD_BYTES`` on each side, every byte of
     it (guards included) set to the integer bit pattern ``fill_bits`` of ``dtype``."""
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     guard = GUARD_BYTES // torch.empty(0, dtype=dtype).element_size()
     base = torch.empty(n + 2 * guard, dtype=dtype, device=device)
     as_bits(base).fill_(fill_bits)

@@ -105,14 +105,15 @@ class ResultRow:
 
     def to_json(self) -> dict:
         c = self.case
+        definition = c.to_dict()
         row = {
             "case_id": c.id, "suite": c.suite, "group": c.group, "seed": c.seed,
             "mode": c.mode, "dtype": c.dtype, "scenario": c.scenario,
             "batch_size": c.batch_size, "heads": c.heads, "kv_heads": c.kv_heads,
             "s_q": c.s_q, "page_size": c.page_size, "padding": c.padding, "causal": c.causal,
-            "seqlen_dist": c.seqlen, "case": c.to_dict(),
+            "seqlen_dist": c.seqlen, "case": definition,
             # what --resume checks before it keeps this row for its case (results.why_run_again)
-            "case_hash": case_hash(c.to_dict()), "mla_verify_version": mla_verify_version(),
+            "case_hash": case_hash(definition), "mla_verify_version": mla_verify_version(),
             "backend": self.backend.name, "backend_spec": self.backend.spec, "backend_info": self.backend.info,
             "conventions": self.backend.conventions,
             "device": self.device, "env": self.env, "rerun": self.rerun,

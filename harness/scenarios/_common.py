@@ -244,13 +244,13 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
 def _tampered(a: Answer, sample: dict) -> Outcome:
     """The outcome of an answer whose kernel changed its inputs: that failure, and the scenario's own."""
     where = "; ".join(w.describe() for w in a.witnesses if bool(w.changed))
+    host = host_copy(a.inputs)
     return Outcome.judged(
         [INPUTS_UNCHANGED] + sorted(set(a.extra_failures)),
         metrics={**(a.extra_metrics or {}), INPUTS_UNCHANGED: {"changed": where}, "out_sample": sample},
         messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
                   "would read the changed inputs)"] + list(a.extra_messages),
-        details={"seq_lens": host_copy(a.inputs).seq_lens.tolist(),
-                 "cache_seqlens": host_copy(a.inputs).cache_seqlens.tolist()},
+        details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist()},
         kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))
 
 
