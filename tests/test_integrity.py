@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from helpers import run_cli
 
 from harness import integrity
@@ -74,11 +76,34 @@ def test_a_large_pool_is_hashed_and_still_located(monkeypatch):
         flat[at], flat[at + 1] = flat[at + 1].clone(), flat[at].clone()
     w = witnessed(inputs, swap)
     assert integrity.changed_flags([w]) == [True]
-    block_start = (at * 2 + inputs.kv_pool.storage_offset() * 2) // 256 * 256 - inputs.kv_pool.storage_offset() * 2
+    block = integrity.HASH_BLOCK_BYTES
+    block_start = (at * 2 + inputs.kv_pool.storage_offset() * 2) // block * block - inputs.kv_pool.storage_offset() * 2
     index = list(torch.unravel_index(torch.tensor(block_start // 2), inputs.kv_pool.shape))
     text = w.describe()
     assert text.startswith(f"kv_pool: first changed at index {[int(i) for i in index]}"), text
-    assert "256-byte block" in text
+    assert f"{block}-byte block" in text
+
+
+def test_the_hash_weights_have_no_proportional_rows_and_the_check_can_see_one():
+    w = integrity._weights("cpu").long()
+    assert (w != 0).all() and not integrity._proportional_rows(w)
+    bad = w.clone()
+    bad[7] = -3 * bad[2]
+    assert integrity._proportional_rows(bad)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3 * 1024 + 99), st.integers(1, 255)), min_size=1, max_size=3,
+                unique_by=lambda change: change[0]))
+def test_any_one_to_three_changed_bytes_of_a_hashed_storage_are_seen(changes):
+    gen = torch.Generator().manual_seed(len(changes))
+    data = torch.randint(0, 256, (3 * integrity.HASH_BLOCK_BYTES + 100,), generator=gen, dtype=torch.uint8)
+    before = torch.empty(integrity._hash_length(data.numel()), dtype=torch.int64)
+    integrity._hash_into(data, before)
+    for at, delta in changes:
+        data[at] = (int(data[at]) + delta) % 256
+    after = torch.empty_like(before)
+    integrity._hash_into(data, after)
+    assert not torch.equal(before, after)
 
 
 @pytest.mark.parametrize("device", DEVICES)
