@@ -1,0 +1,156 @@
+"""The fp8 token records of DeepSeek sparse MLA caches, as data, with their writers and readers.
+
+V3.2 (``v32``, 656 bytes a token, FlashMLA's ``V32_FP8Sparse``): 512 e4m3 values, 4 float32 scales
+(one per 128 values), then the 64 rope values in bf16, in that order, one record per slot; a page of
+``P`` slots is ``P * 656`` bytes.
+
+V4 (``v4``, 584 bytes a token, FlashMLA's ``MODEL1_FP8Sparse``): each slot's row is 448 e4m3 values
+and 64 bf16 rope values (576 bytes); after all ``P`` rows of its page come the page's scales, 8 bytes
+a slot: 7 ue8m0 scales (one per 64 values) and a pad byte.
+
+Scale policies (how a writer picks a tile's scale from its amax):
+
+- ``amax``: SGLang's writer (``dsa_quant_k_cache.py``, ``_quantize_k_cache_fast_kernel``): scale =
+  amax / 448 in float32, stored as is (not a power of two), values ``clamp(x * (1 / scale))``; no
+  epsilon, so an all-zero tile gets scale 0 and NaN values, as in SGLang;
+- ``ue8m0``: FlashMLA's tests (``tests/quant.py``): scale = 2^ceil(log2(max(amax / 448, 1e-4))),
+  values ``x / scale``.  V4 stores ue8m0 bytes, so it takes this policy only.
+
+Readers: ``exact`` is ``e4m3 * scale`` in float64 (what the record means); ``bf16_product`` is what
+FlashMLA's SM90 kernel computes, ``bf16(e4m3 * bf16(scale))`` (docs/sparse.md): the two agree only
+for power-of-two scales.  Rope values are bf16 in the record and read exactly by both.
+
+A poisoned pool is all 0xFF bytes: NaN as e4m3, as a float32 scale, as bf16 rope and as ue8m0, so a
+read of any part of a record nobody wrote shows.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+E4M3_MAX = 448.0
+POISON_BYTE = 0xFF
+DEQUANT_MODES = ("exact", "bf16_product")
+SCALE_POLICIES = ("amax", "ue8m0")
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    name: str
+    d_qk: int                 # values a token holds: d_nope fp8 + d_rope bf16
+    d_nope: int
+    d_rope: int
+    tile: int                 # values per scale
+    bytes_per_token: int
+    scale_bytes: int          # 4 (float32) or 1 (ue8m0)
+    scales_after_rows: bool   # V4: a page's scales follow all its token rows
+    policies: tuple
+
+    @property
+    def tiles(self) -> int:
+        return self.d_nope // self.tile
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of a token's row (V3.2: the whole record; V4: without its scales)."""
+        return self.d_nope + 2 * self.d_rope + (0 if self.scales_after_rows else self.tiles * self.scale_bytes)
+
+    def page_bytes(self, page_size: int) -> int:
+        return page_size * self.bytes_per_token
+
+
+FORMATS = {
+    "v32": RecordFormat("v32", 576, 512, 64, 128, 656, 4, False, ("amax", "ue8m0")),
+    "v4": RecordFormat("v4", 512, 448, 64, 64, 584, 1, True, ("ue8m0",)),
+}
+
+
+@dataclass
+class Quantized:
+    """Tokens as a record holds them: e4m3 values, one float32 scale per tile, bf16 rope."""
+
+    nope: torch.Tensor        # (n, d_nope) float8_e4m3fn
+    scales: torch.Tensor      # (n, tiles) float32
+    rope: torch.Tensor        # (n, d_rope) bfloat16
+
+
+def tile_scales(amax: torch.Tensor, policy: str) -> torch.Tensor:
+    """Each tile's scale from its amax (float32), by policy."""
+    if policy == "amax":
+        return amax.float() / E4M3_MAX
+    if policy == "ue8m0":
+        return torch.pow(2, torch.clamp_min(amax.float() / E4M3_MAX, 1e-4).log2().ceil())
+    raise ValueError(f"unknown scale policy '{policy}' (known: {', '.join(SCALE_POLICIES)})")
+
+
+def quantize(tokens: torch.Tensor, fmt: RecordFormat, policy: str) -> Quantized:
+    """``tokens (n, d_qk)`` (bf16, the model's KV) as ``fmt``'s writer under ``policy`` stores them."""
+    if policy not in fmt.policies:
+        raise ValueError(f"format {fmt.name} takes scale policies {', '.join(fmt.policies)}, not '{policy}'")
+    n = tokens.shape[0]
+    tiles = tokens[:, :fmt.d_nope].float().view(n, fmt.tiles, fmt.tile)
+    scales = tile_scales(tiles.abs().amax(dim=-1), policy)                      # (n, tiles)
+    if policy == "amax":       # SGLang multiplies by the reciprocal and clamps
+        values = (tiles * (1.0 / scales)[..., None]).clamp(-E4M3_MAX, E4M3_MAX)
+    else:                      # FlashMLA's tests divide (|x / scale| <= 448 by construction)
+        values = tiles / scales[..., None]
+    nope = values.to(torch.float8_e4m3fn).view(n, fmt.d_nope)
+    return Quantized(nope, scales, tokens[:, fmt.d_nope:].to(torch.bfloat16))
+
+
+def _page_parts(pool: torch.Tensor, fmt: RecordFormat, page_size: int):
+    """Byte views of a pool ``(pages, page_bytes)`` uint8, never copies: rows ``(pages, page_size,
+    row_bytes)`` and scale bytes ``(pages, page_size, tiles * scale_bytes)``."""
+    if not fmt.scales_after_rows:
+        records = pool.unflatten(1, (page_size, fmt.bytes_per_token))
+        return records, records[..., fmt.d_nope:fmt.d_nope + fmt.tiles * fmt.scale_bytes]
+    rows = pool[:, :page_size * fmt.row_bytes].unflatten(1, (page_size, fmt.row_bytes))
+    scales = pool[:, page_size * fmt.row_bytes:].unflatten(1, (page_size, 8))[..., :fmt.tiles]
+    return rows, scales
+
+
+def _at(slots: torch.Tensor, page_size: int) -> tuple:
+    """A slot's (page, offset): slot = page * page_size + offset."""
+    slots = slots.long()
+    return slots // page_size, slots % page_size
+
+
+def write_records(pool: torch.Tensor, slots: torch.Tensor, q: Quantized, fmt: RecordFormat, page_size: int):
+    """Store ``q``'s tokens at ``slots`` of ``pool (pages, page_bytes)`` uint8, in place."""
+    rows, scale_bytes = _page_parts(pool, fmt, page_size)
+    at = _at(slots, page_size)
+    rope_at = fmt.row_bytes - 2 * fmt.d_rope
+    rows[at[0], at[1], :fmt.d_nope] = q.nope.view(torch.uint8)
+    rows[at[0], at[1], rope_at:rope_at + 2 * fmt.d_rope] = q.rope.contiguous().view(torch.uint8)
+    if fmt.scale_bytes == 4:
+        scale_bytes[at] = q.scales.contiguous().view(torch.uint8)
+    else:
+        scale_bytes[at] = q.scales.to(torch.float8_e8m0fnu).view(torch.uint8)
+
+
+def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page_size: int) -> Quantized:
+    """The records at ``slots`` of ``pool``, decoded into their parts (no arithmetic)."""
+    rows, scale_bytes = _page_parts(pool, fmt, page_size)
+    at = _at(slots, page_size)
+    got = rows[at]
+    nope = got[:, :fmt.d_nope].contiguous().view(torch.float8_e4m3fn)
+    rope_at = fmt.row_bytes - 2 * fmt.d_rope
+    rope = got[:, rope_at:rope_at + 2 * fmt.d_rope].contiguous().view(torch.bfloat16)
+    raw = scale_bytes[at].contiguous()
+    scales = raw.view(torch.float32) if fmt.scale_bytes == 4 else raw.view(torch.float8_e8m0fnu).float()
+    return Quantized(nope, scales, rope)
+
+
+def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) -> torch.Tensor:
+    """``(n, d_qk)`` keys in ``dtype``: ``exact`` (e4m3 * scale) or ``bf16_product`` (the SM90 kernel's
+    ``bf16(e4m3 * bf16(scale))``; the product of 4 and 8 significant bits is exact in float32)."""
+    n = q.nope.shape[0]
+    values = q.nope.view(n, fmt.tiles, fmt.tile)
+    if mode == "exact":
+        nope = values.to(torch.float64) * q.scales.to(torch.float64)[..., None]
+    elif mode == "bf16_product":
+        scale = q.scales.to(torch.bfloat16).float()
+        nope = (values.float() * scale[..., None]).to(torch.bfloat16)
+    else:
+        raise ValueError(f"unknown dequantization '{mode}' (known: {', '.join(DEQUANT_MODES)})")
+    return torch.cat([nope.reshape(n, fmt.d_nope).to(dtype), q.rope.to(dtype)], dim=1)
