@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-from . import commands, gpu_memory, isolation
+from . import commands, gpu_memory, gpus, isolation
 from .errors import EXIT_BAD_INPUT, InputError
 from .status import EXIT_INTERRUPTED
 
@@ -41,13 +41,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _run_options(argv: list[str]) -> dict | None:
-    """``run``'s ``--workers`` and ``--device`` as given, read before argparse (and torch) are loaded;
-    None for any other command, or for help."""
+    """``run``'s ``--workers``, ``--device`` and ``--gpus`` as given, read before argparse (and torch) are
+    loaded; None for any other command, or for help."""
     if not argv or argv[0] != "run" or any(a in ("-h", "--help") for a in argv):
         return None
     options = {}
     for i, a in enumerate(argv):
-        for name in ("--workers", "--device"):
+        for name in ("--workers", "--device", "--gpus"):
             if a.startswith(name + "="):
                 options[name] = a.split("=", 1)[1]
             elif a == name and i + 1 < len(argv):
@@ -56,9 +56,10 @@ def _run_options(argv: list[str]) -> dict | None:
     return options
 
 
-def _spares_wanted(options: dict | None) -> int:
-    """How many workers ``run`` with crash isolation (the default) will start, from its ``_run_options``:
-    they can start before this process imports torch.  0 for any other command, or ``--workers 0``."""
+def _spares_wanted(options: dict | None, sets: int = 1) -> int:
+    """How many workers per GPU ``run`` with crash isolation (the default) will start, from its
+    ``_run_options``: they can start before this process imports torch.  0 for any other command, or
+    ``--workers 0``."""
     if options is None:
         return 0
     if "--workers" in options:
@@ -66,21 +67,31 @@ def _spares_wanted(options: dict | None) -> int:
             return max(int(options["--workers"]), 0)
         except ValueError:
             return 0            # the parser reports it
-    return isolation.default_workers(options["--device"])
+    return isolation.default_workers(options["--device"], sets)
+
+
+def _start_spares(options: dict | None):
+    """Start ``run``'s spare workers, one set per GPU it uses, measuring free memory first where NVML can
+    say (before any spare can make a CUDA context); returns what was measured, for ``run``."""
+    sets = gpus.plan(options.get("--gpus"), options["--device"])[0] if options else [(None, None)]
+    spares = _spares_wanted(options, len(sets))
+    if not spares:
+        return None, None
+    at_start = per_gpu = None
+    if options["--device"] == "cuda" and sets[0][0] is None:
+        at_start = gpu_memory.free_memory()
+    elif options["--device"] == "cuda":
+        per_gpu = gpu_memory.free_memory_of([record["gpu"] for _, record in sets])
+    isolation.start_spares(spares, warm=at_start is not None or per_gpu is not None, pins=[p for p, _ in sets])
+    return at_start, per_gpu
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        options = _run_options(argv)
-        spares = _spares_wanted(options)
-        memory_at_start = None
-        if spares and options["--device"] == "cuda":
-            memory_at_start = gpu_memory.free_memory()     # before any spare can make a CUDA context
-        if spares:
-            isolation.start_spares(spares, warm=memory_at_start is not None)
+        memory_at_start, gpu_memory_at_start = _start_spares(_run_options(argv))
         args = build_parser(argv[0] if argv else None).parse_args(argv)
-        args.memory_at_start = memory_at_start
+        args.memory_at_start, args.gpu_memory_at_start = memory_at_start, gpu_memory_at_start
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)

@@ -47,3 +47,27 @@ def free_memory() -> tuple[int, str, float] | None:
     gpu = name.value.decode(errors="replace") if named else "the GPU"
     return memory.free, (f"{memory.free / GiB:.1f} GiB free of {memory.total / GiB:.1f} GiB on {gpu} "
                          f"before the run (NVML)"), time.perf_counter() - t0
+
+
+def free_memory_of(indices) -> dict[int, tuple[int, str]] | None:
+    """``{index: (free bytes, how it was measured)}`` of the GPUs with these NVML indices, one NVML session,
+    for a run over several (``run --gpus``): each GPU's memory gate gets its own.  None where NVML cannot
+    say for all of them (the run then measures with torch)."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    found = {}
+    try:
+        for index in indices:
+            handle, memory = ctypes.c_void_p(), _Memory()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0 \
+                    or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+                return None
+            found[index] = memory.free, (f"{memory.free / GiB:.1f} GiB free of {memory.total / GiB:.1f} GiB on "
+                                         f"GPU {index} before the run (NVML)")
+    finally:
+        nvml.nvmlShutdown()
+    return found

@@ -24,10 +24,12 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+from . import placement
 from .checks import CRASH
 from .errors import InputError
 from .status import Status
 
+PIN_ENV = "CUDA_VISIBLE_DEVICES"
 EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your allocator's kept memory back
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
@@ -41,10 +43,13 @@ def _context_lost(device):
     return lost
 
 
-def serve(conn, progress, warm=False):
+def serve(conn, progress, warm=False, pin=None):
     """A worker's life: its imports (and with ``warm`` its CUDA context), then told what to load (or None:
-    not needed after all), then chunk after chunk."""
+    not needed after all), then chunk after chunk.  ``pin``: the one GPU it may see (``gpus.Gpu.pin``),
+    set before torch is imported, so CUDA never sees another."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    if pin is not None:
+        os.environ[PIN_ENV] = pin
     import torch  # the slow imports, made while the parent (which started a spare early) makes its own
     if warm:      # free memory was measured before this process started (gpu_memory)
         try:
@@ -120,6 +125,7 @@ class _Spare:
     conn: object
     progress: object
     job: tuple | None = None          # what it was told to load, once told
+    pin: str | None = None            # the GPU it sees alone (``serve``), None: the default device
 
 
 _spares: list[_Spare] = []
@@ -140,16 +146,17 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def spawn(warm: bool = False) -> _Spare:
-    """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once."""
+def spawn(warm: bool = False, pin: str | None = None) -> _Spare:
+    """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once;
+    with ``pin`` it sees that GPU alone."""
     ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
     conn, child_conn = ctx.Pipe()
     progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
-    proc = ctx.Process(target=serve, args=(child_conn, progress, warm), daemon=True)
+    proc = ctx.Process(target=serve, args=(child_conn, progress, warm, pin), daemon=True)
     with _sigint_ignored():
         proc.start()
     child_conn.close()
-    return _Spare(proc, conn, progress)
+    return _Spare(proc, conn, progress, pin=pin)
 
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
@@ -159,12 +166,13 @@ GPU_WORKERS = 4
 CORES_PER_GPU_WORKER = 4
 
 
-def default_workers(device: str) -> int:
-    """Worker processes for a run on ``device`` that did not ask for a number.  On the CPU one: there
-    the oracle's arithmetic is the work, spread over the process's threads already."""
+def default_workers(device: str, gpus: int = 1) -> int:
+    """Worker processes per GPU for a run on ``device`` over ``gpus`` GPUs that did not ask for a number:
+    the host's cores shared out over the GPUs.  On the CPU one: there the oracle's arithmetic is the
+    work, spread over the process's threads already."""
     if device != "cuda":
         return 1
-    return max(1, min(GPU_WORKERS, (os.cpu_count() or 1) // CORES_PER_GPU_WORKER))
+    return max(1, min(GPU_WORKERS, (os.cpu_count() or 1) // CORES_PER_GPU_WORKER // max(gpus, 1)))
 
 
 def gpu_present() -> bool:
@@ -175,11 +183,15 @@ def gpu_present() -> bool:
         return False
 
 
-def start_spares(count: int, warm: bool = False):
-    """Have ``count`` spare workers waiting, starting those missing now.  ``warm``: free memory has been
-    measured already, so they make their CUDA contexts as soon as torch is imported."""
-    alive = sum(spare.proc.is_alive() for spare in _spares)
-    _spares.extend(spawn(warm) for _ in range(count - alive))
+def start_spares(count: int, warm: bool = False, pins=(None,)):
+    """Have ``count`` spare workers waiting for each of ``pins`` (a worker set's GPU, ``serve``), starting
+    those missing now, the sets' in turn.  ``warm``: free memory has been measured already, so they make
+    their CUDA contexts as soon as torch is imported."""
+    for _ in range(count):
+        for pin in pins:
+            alive = sum(spare.proc.is_alive() and spare.pin == pin for spare in _spares)
+            if alive < count:
+                _spares.append(spawn(warm, pin))
 
 
 def worker_job(backend_spec, device, run_chunk) -> tuple:
@@ -205,16 +217,19 @@ def load_in_spare(job: tuple, count: int):
             count -= 1
 
 
-def worker_for(job: tuple) -> _Spare:
-    """A live spare told (or now told) to load ``job``, else a new worker told so."""
-    while _spares:
-        spare = _spares.pop(0)
+def worker_for(job: tuple, pin: str | None = None) -> _Spare:
+    """A live spare on ``pin``'s GPU told (or now told) to load ``job``, else a new worker told so."""
+    while True:
+        mine = [s for s in _spares if s.pin == pin]
+        if not mine:
+            spare = spawn(pin=pin)
+            break
+        spare = mine[0]
+        _spares.remove(spare)
         if spare.proc.is_alive() and spare.job in (None, job):
             break
         spare.proc.kill()
         spare.conn.close()
-    else:
-        spare = spawn()
     if spare.job is None:
         spare.conn.send(job)
         spare.job = job
@@ -260,8 +275,9 @@ atexit.register(_stop_all)      # spares nobody took, and retired workers, at ex
 
 
 class Worker:
-    def __init__(self, job: tuple, startup_timeout_s):
-        worker = worker_for(job)
+    def __init__(self, job: tuple, startup_timeout_s, place=None):
+        self.place = place          # its worker set (``WorkerSet``), None: the only one
+        worker = worker_for(job, place.pin if place is not None else None)
         self.proc, self.conn, self.progress = worker.proc, worker.conn, worker.progress
         self.chunk = None
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
@@ -350,134 +366,190 @@ class MemoryGate:
     def __init__(self, cost=None, budget: int = 0):
         self.cost, self.budget = cost, budget
 
-    def pick(self, todo: list, others: int, own_cache: int = 0, alone: bool = False) -> int | None:
+    def pick(self, todo: list, others: int, own_cache: int = 0, alone: bool = False, allowed=None) -> int | None:
         """The index in ``todo`` of the next chunk to start in a worker whose allocator keeps
         ``own_cache`` bytes while the other workers hold ``others`` (``Worker.footprint``), or None
-        to wait for memory.  ``alone``: nothing else runs or keeps memory it could hand back."""
-        if self.cost is None or alone:
-            return 0
-        for i, chunk in enumerate(todo[:self.LOOKAHEAD]):
-            if others + own_cache + self.cost(chunk) <= self.budget:
+        to wait for memory.  ``alone``: nothing else runs or keeps memory it could hand back.
+        ``allowed(chunk)``: whether this worker may take it (a rerun avoids the GPU it died on)."""
+        for i, chunk in enumerate(todo if alone or self.cost is None else todo[:self.LOOKAHEAD]):
+            if allowed is not None and not allowed(chunk):
+                continue
+            if self.cost is None or alone or others + own_cache + self.cost(chunk) <= self.budget:
                 return i
         return None
 
 
-def hand_out(todo: list, pool: list, memory: MemoryGate):
-    """Give each idle worker in ``pool`` its next chunk from ``todo`` where memory allows; with none
-    left, retire it.  Where no chunk fits, the idle workers that kept a cache are told to empty it."""
-    for w in list(pool):
+def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=()):
+    """Give each idle worker of ``place``'s set in ``pool`` its next chunk from ``todo`` where memory
+    allows; with none left it may run, retire it.  Where no chunk fits, the idle workers that kept a
+    cache are told to empty it.  Memory is the set's own (one GPU's): other sets' workers do not count."""
+    mine = [w for w in pool if getattr(w, "place", None) is place]
+    allowed = (lambda chunk: placement.may_run(chunk, place, sets)) if sets else None
+    for w in mine:
         if not w.idle():
             continue
-        if not todo:
+        if not todo or (allowed is not None and not any(map(allowed, todo))):
             w.retire()
             pool.remove(w)
             continue
-        others = [o for o in pool if o is not w]
+        others = [o for o in mine if o is not w]
         alone = not any(o.chunk is not None or o.emptying or not o.emptied for o in others)
-        i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone)
+        i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone, allowed)
         if i is not None:
             chunk = todo.pop(i)
             w.send(chunk, memory.cost(chunk) if memory.cost else 0)
             continue
-        for o in pool:
+        for o in mine:
             if o.idle() and not o.emptied:
                 o.empty_cache()
 
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
-                 startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None) -> list:
+                 startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
     module-level function, so it pickles by name); ``crash_row(case, status, reason)`` builds the
     row of a case whose worker died or hung.  ``timeout_s`` bounds each case, not each chunk.
     Once ``stop()`` is true no chunk starts (those in flight finish); returns the cases never started.
+    ``sets``: one ``placement.WorkerSet`` per GPU, ``workers`` processes each, each with its memory
+    gate; without, one set on the default device gated by ``memory``.
     """
-    memory = memory or MemoryGate()
-    todo = [list(c) for c in chunks if c]
-    job = worker_job(backend_spec, device, run_chunk)
-    never_started = []
-
-    def heed_stop():
-        """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
-        if stop is not None and stop():
-            never_started.extend(case for chunk in todo for case in chunk)
-            todo.clear()
-
-    def start_worker():
-        return Worker(job, startup_timeout_s)
-
-    def requeue(cases):
-        """Cases whose rows died with a worker run again, one per chunk: should one of them be
-        what killed it while comparing, it is found on its own."""
-        todo[:0] = [[c] for c in cases]
-
-    pool = [start_worker() for _ in range(min(workers, len(todo)))]
+    sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
+    for s in sets:
+        s.memory = s.memory or MemoryGate()
+    run = _Run([list(c) for c in chunks if c], sets, worker_job(backend_spec, device, run_chunk), backend_spec,
+               on_row, crash_row, stop, startup_timeout_s)
+    first = min(workers * len(sets), len(run.todo))
+    pool = [run.start(sets[i % len(sets)]) for i in range(first)]
     try:
         while pool:
-            heed_stop()
-            hand_out(todo, pool, memory)
+            run.heed_stop()
+            for s in placement.live(sets) if len(sets) > 1 else sets:
+                hand_out(run.todo, pool, s.memory, s, sets if len(sets) > 1 else ())
+            for s in sets:            # a lost GPU's idle workers get nothing more
+                if s.lost is not None:
+                    for w in [w for w in pool if w.place is s and w.idle()]:
+                        w.retire()
+                        pool.remove(w)
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
             now = time.monotonic()
             for w in list(pool):
                 w.watch(timeout_s, now)
-                lost = None        # (status, reason) of a worker that has to go
-                if w.conn in ready:
-                    try:
-                        kind, payload = w.conn.recv()
-                    except (EOFError, OSError):
-                        kind, payload = "died", None
-                    if kind == "ready":
-                        w.ready, w.deadline = True, None
-                    elif kind == "rows":
-                        rows, w.cache = payload
-                        for row in rows:
-                            on_row(row)
-                        w.chunk, w.holds, w.deadline = None, 0, None
-                    elif kind == "cache":
-                        w.cache_emptied(payload)
-                    elif kind == "lost":    # a sticky CUDA error: that case crashed (if known), the rest run again
-                        index, row = payload
-                        if index is not None:
-                            on_row(row)
-                        requeue([c for i, c in enumerate(w.chunk) if i != index])
-                        w.chunk = None
-                        lost = (None, None)
-                    elif kind == "bad_input":
-                        raise InputError(payload)
-                    dead = kind == "died"
-                else:
-                    dead = w.proc.sentinel in ready and not w.proc.is_alive()
-                if dead:
-                    w.proc.join(timeout=5)
-                    if not w.ready:
-                        raise InputError(f"backend '{backend_spec}': worker failed to start "
-                                         f"({_death_reason(w.proc)})")
-                    lost = (Status.CRASH, _death_reason(w.proc))
-                elif lost is None and w.deadline is not None and now > w.deadline:
-                    if not w.ready:
-                        raise InputError(f"backend '{backend_spec}': worker did not start within "
-                                         f"{startup_timeout_s:g} s")
-                    lost = (Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
+                lost = run.hear(w, ready, now, timeout_s)
                 if lost is None:
                     continue
-                status, reason = lost
-                if w.chunk is not None:
-                    case, others = w.in_hand()
-                    if case is None and len(others) == 1:       # died comparing a chunk of one: that case
-                        case, others, reason = others[0], [], f"{reason} while comparing"
-                    if case is not None:
-                        on_row(crash_row(case, status, reason))
-                    requeue(others)
+                run.bury(w, *lost)
                 w.kill()
                 pool.remove(w)
-                heed_stop()
-                if todo:
-                    pool.append(start_worker())
+                run.heed_stop()
+                place = placement.refill(w.place, sets, pool)
+                if run.todo and place is not None:
+                    pool.append(run.start(place))
     finally:
         for w in pool:
             w.kill()
-    return never_started
+    return run.never_started
 
+
+class _Run:
+    """What ``run_isolated`` keeps while it runs: the chunks to do and what a worker's news does to them."""
+
+    def __init__(self, todo, sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s):
+        self.todo, self.sets, self.job, self.backend_spec = todo, sets, job, backend_spec
+        self.on_row, self.crash_row, self.stop, self.startup_timeout_s = on_row, crash_row, stop, startup_timeout_s
+        self.never_started = []
+
+    def start(self, place) -> Worker:
+        return Worker(self.job, self.startup_timeout_s, place)
+
+    def heed_stop(self):
+        """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
+        if self.stop is not None and self.stop():
+            self.never_started.extend(case for chunk in self.todo for case in chunk)
+            self.todo.clear()
+
+    def requeue(self, cases, like=None):
+        """Cases whose rows died with a worker run again, one per chunk: should one of them be what
+        killed it while comparing, it is found on its own.  A rerun's cases stay reruns (``like``)."""
+        if isinstance(like, placement.Rerun):
+            self.todo[:0] = [placement.Rerun([c], like.origin, like.after) for c in cases]
+        else:
+            self.todo[:0] = [[c] for c in cases]
+
+    def hear(self, w: Worker, ready, now: float, timeout_s: float):
+        """Take in what ``w`` sent; ``(status, reason)`` when it has to go (status None: it lost its
+        device and said which case, ``bury``), else None."""
+        kind = None
+        if w.conn in ready:
+            try:
+                kind, payload = w.conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "died", None
+            rows = placement.deliver(self.on_row, w.place, w.chunk)
+            if kind == "ready":
+                w.ready, w.deadline = True, None
+            elif kind == "rows":
+                got, w.cache = payload
+                for row in got:
+                    rows(row)
+                w.chunk, w.holds, w.deadline = None, 0, None
+                w.place.deaths = 0
+            elif kind == "cache":
+                w.cache_emptied(payload)
+            elif kind == "lost":      # a sticky CUDA error: that case crashed (if known), the rest run again
+                return "lost", payload
+            elif kind == "bad_input":
+                raise InputError(payload)
+            dead = kind == "died"
+        else:
+            dead = w.proc.sentinel in ready and not w.proc.is_alive()
+        if dead:
+            w.proc.join(timeout=5)
+            if not w.ready:
+                return self.not_started(w, f"worker failed to start ({_death_reason(w.proc)})")
+            return Status.CRASH, _death_reason(w.proc)
+        if w.deadline is not None and now > w.deadline:
+            if not w.ready:
+                return self.not_started(w, f"worker did not start within {self.startup_timeout_s:g} s")
+            return Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed"
+        return None
+
+    def not_started(self, w: Worker, why: str):
+        """A worker that could not start: bad input on the only GPU left, else its GPU is out of the run."""
+        if len(self.sets) == 1 or not any(s is not w.place for s in placement.live(self.sets)):
+            raise InputError(f"backend '{self.backend_spec}': {why}")
+        if w.place.lost is None:
+            placement.drop(w.place, why)
+        return "gone", why
+
+    def bury(self, w: Worker, status, reason):
+        """Record or requeue the chunk of a worker that has to go."""
+        chunk, rows = w.chunk, placement.deliver(self.on_row, w.place, w.chunk)
+        w.chunk = None
+        if status == "gone" or chunk is None:
+            return
+        context_lost = status == "lost"
+        if context_lost:
+            index, row = reason
+            reason = (row or {}).get("reason") or "CUDA context lost"
+        if status in ("lost", Status.CRASH) and placement.moves_elsewhere(chunk, w.place, self.sets):
+            self.todo[:0] = placement.move(chunk, w.place, reason)
+            placement.check_lost(w.place, self.sets, reason)
+            return
+        if status in ("lost", Status.CRASH):
+            placement.forgive(chunk, w.place)
+        if context_lost:
+            if index is not None:
+                rows(row)
+            self.requeue([c for i, c in enumerate(chunk) if i != index], chunk)
+            return
+        w.chunk = chunk
+        case, others = w.in_hand()
+        if case is None and len(others) == 1:       # died comparing a chunk of one: that case
+            case, others, reason = others[0], [], f"{reason} while comparing"
+        if case is not None:
+            rows(self.crash_row(case, status, reason))
+        self.requeue(others, chunk)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import chunk, isolation, resources
+from . import chunk, isolation, placement, resources
 from .cases import Case
 from .chunk import result_row, run_chunk
 from .outcome import Outcome
@@ -117,7 +117,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
-              memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS) -> RunSummary:
+              memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
+              sets: list | None = None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -129,6 +130,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     measures, once the workers of earlier runs and any spare told another job are gone.
     After ``max_timeouts`` timeouts in a row the cases not yet started are recorded as ``timeout``
     without being run (``CircuitBreaker``; 0 runs every case whatever happens).
+    ``sets``: a ``placement.WorkerSet`` per GPU (``run --gpus``), ``workers`` processes each, each gated by
+    its GPU's memory; a case must fit the GPU with the least.  Without, one set on the default device.
     """
     from tqdm import tqdm
 
@@ -160,6 +163,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         isolation.stop_spares()      # spares and earlier workers with a device context of their own
         memory = resources.available_bytes(device)
     available, measured = memory      # once: a verdict must not depend on the moment
+    sets = sets or [placement.WorkerSet()]
+    available, measured = _least(sets, available, measured)
     runnable = []
     for case in todo:
         refused = precheck(case, backend, device, available, measured)
@@ -167,16 +172,17 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
             record(result_row(case, backend, backend_spec, device, refused).to_json())
         else:
             runnable.append(case)
-    summary.workers = max(summary.workers, workers)
-    budget = resources.shared_budget(device, available, max(workers, 1))
-    # a chunk never holds more than the machine can give all workers' chunks at once
+    summary.workers = max(summary.workers, workers * len(sets))
     cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
+    for s in sets:
+        s.memory = isolation.MemoryGate(cost, _set_budget(device, s, available, max(workers, 1), len(sets)))
+    budget = min(s.memory.budget for s in sets)
+    # a chunk never holds more than the machine can give all workers' chunks at once
     chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
     if workers:
         never_run = isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
                                            workers=workers, timeout_s=timeout_s,
-                                           memory=isolation.MemoryGate(cost, budget),
-                                           stop=lambda: breaker.tripped)
+                                           stop=lambda: breaker.tripped, sets=sets)
     else:
         never_run = []
         for cases_together in chunks:
@@ -184,6 +190,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
                 never_run.extend(cases_together)
                 continue
             for row in run_chunk(cases_together, backend, backend_spec, device):
+                if sets[0].placement is not None:
+                    row["placement"] = sets[0].placement
                 record(row)
     for case in never_run:
         record(lost_row(case, Status.TIMEOUT, breaker.reason()))
@@ -191,3 +199,19 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     summary.seconds += time.perf_counter() - started
     return summary
 
+
+
+def _least(sets, available: int, measured: str) -> tuple[int, str]:
+    """The memory a case must fit: the least any GPU of the run has (it may run on any of them)."""
+    for s in sets:
+        if s.available is not None and s.available < available:
+            available = s.available
+            measured = f"{available / resources.GiB:.1f} GiB free on {s.name}, the run's GPU with the least"
+    return available, measured
+
+
+def _set_budget(device: str, place, available: int, workers: int, count: int) -> int:
+    """What one set's workers may hold at once: its own GPU's memory; on the CPU, where every set shares
+    the host's RAM (pretend GPUs, ``gpus.FAKE_ENV``), a share of it."""
+    budget = resources.shared_budget(device, place.available if place.available is not None else available, workers)
+    return budget if device == "cuda" else budget // count

@@ -21,13 +21,15 @@ PACKAGES = ("reference", "harness")
 LAYERS = [
     ["harness.cli", "harness.commands"],
     ["harness.report", "harness.selfcheck", "harness.bench", "harness.summary", "harness.junit"],
-    ["harness.runner", "harness.isolation", "harness.chunk", "harness.backend_loader"],
+    ["harness.runner", "harness.isolation", "harness.chunk", "harness.backend_loader", "harness.shards"],
+    ["harness.placement", "harness.gpus", "harness.gpu_memory"],
     ["harness.mutants"],
     ["harness.scenarios"],
     ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",
-     "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs"],
+     "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs",
+     "harness.sparse_oracle"],
     ["harness.cases", "harness.pool", "harness.sparse_cache", "harness.integrity", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
-     "harness.status", "harness.phases", "harness.results", "harness.environment", "harness.errors"],
+     "harness.status", "harness.phases", "harness.fixed_params", "harness.results", "harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],
 ]

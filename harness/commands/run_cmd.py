@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import cases as case_mod
-from .. import isolation, junit, resources
+from .. import gpu_memory, gpus, isolation, junit, placement, resources, shards
 from ..backend_loader import load_backend
 from ..backends import KERNELS, expand_specs
 from ..chunk import CHUNK_CASES, run_chunk
@@ -39,9 +39,14 @@ def add_parser(sub):
     p.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML file: one testcase per case and backend")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--workers", type=int, default=None,
-                   help=f"worker processes that run the kernel (default: on a GPU one per "
-                        f"{isolation.CORES_PER_GPU_WORKER} cores, at most {isolation.GPU_WORKERS}; on the CPU 1); "
-                        f"0 runs in this process, without crash isolation")
+                   help=f"worker processes per GPU that run the kernel (default: the host's cores shared out over "
+                        f"the GPUs, one per {isolation.CORES_PER_GPU_WORKER} cores, at most {isolation.GPU_WORKERS} "
+                        f"a GPU; on the CPU 1); 0 runs in this process, without crash isolation")
+    p.add_argument("--gpus", default=None, metavar="all|0,2,5",
+                   help="the GPUs to use, by nvidia-smi index: one set of workers pinned to each (default all; "
+                        "not used on the CPU); a case runs on one GPU and its row says which")
+    p.add_argument("--shard", metavar="K/N", help="run only shard K of N: a deterministic slice of the cases, "
+                   "balanced by their estimated size; every case is in exactly one of the N shards")
     p.add_argument("--chunk", type=int, default=CHUNK_CASES, metavar="N",
                    help=f"cases whose oracles run in one pass and are compared in one transfer (default "
                         f"{CHUNK_CASES}); 1 runs each case alone.  The rows are the same either way")
@@ -105,16 +110,17 @@ def check_writable(path: str):
 
 def main(args) -> int:
     suites = load_suites(args.suite)
+    shard = shards.parse(args.shard) if args.shard is not None else None
     cases = case_mod.select(suites, args.case)
+    selected = len(cases)
+    if shard is not None:
+        cases = shards.take(cases, *shard)
     device = args.device or default_device()
     if device == "cuda":
         import torch
         if not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA device is available here")
-    if args.workers is None:
-        args.workers = isolation.default_workers(device)
-    if args.workers < 0:
-        raise InputError(f"--workers must be 0 or more, got {args.workers}")
+    sets = worker_sets(args, device)
     if args.chunk < 1:
         raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
     if not args.timeout > 0:
@@ -135,19 +141,30 @@ def main(args) -> int:
         # the run.  Free memory is measured first, so it never depends on how far they got: by the cli
         # before the spares started, where NVML can say (gpu_memory), else here, before they are told
         at_start = getattr(args, "memory_at_start", None) if device == "cuda" else None
-        if at_start is not None:
+        per_gpu = _per_gpu_memory(args, sets) if device == "cuda" and len(sets) > 1 else None
+        if per_gpu is not None:
+            memory, measuring_s = per_gpu
+        elif at_start is not None:
             *memory, measuring_s = at_start
         else:
             t0 = time.perf_counter()
             memory = resources.available_bytes(device)
             measuring_s = time.perf_counter() - t0
-        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers)
+        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers * len(sets))
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     resuming = bool(args.resume) and Path(args.resume).exists()
     summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
+    row_extra = {"selection": auto_notes}
+    if shard is not None:
+        row_extra.update(shard=shards.label(*shard), shard_of=selected)
+        print(f"mla-verify: shard {shards.label(*shard)}: {len(cases)} of the {selected} case(s)", file=sys.stderr)
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
+            if memory is None and device == "cuda" and len(sets) > 1:
+                isolation.stop_spares()          # the last backend's workers gone, each GPU measured again
+                measured = _per_gpu_memory(args, sets)
+                memory = measured[0] if measured else None
             kept, recorded, changed = previous_rows(writer.rows_before, backend, cases) if resuming else ([], 0, {})
             summary.previous.extend(kept)
             if resuming:
@@ -159,14 +176,47 @@ def main(args) -> int:
                   f"backend {backend.name} ({device}); results -> {path}", file=sys.stderr)
             run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
                       progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
-                      timeout_s=args.timeout, summary=summary, row_extra={"selection": auto_notes},
-                      chunk_cases=args.chunk, memory=memory, max_timeouts=args.max_timeouts)
+                      timeout_s=args.timeout, summary=summary, row_extra=row_extra,
+                      chunk_cases=args.chunk, memory=memory, max_timeouts=args.max_timeouts, sets=sets)
             memory = None        # the next backend's run measures for itself
+            args.gpu_memory_at_start = None
+            for s in sets:
+                s.lost, s.deaths = None, 0
     # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
     print_summary(summary, path)
     return summary.verdict.exit_code
+
+
+def worker_sets(args, device: str) -> list:
+    """One ``placement.WorkerSet`` per GPU the run uses (``--gpus``), and ``args.workers`` settled: per GPU."""
+    set_plan, note = gpus.plan(args.gpus, device)
+    if args.workers is None:
+        args.workers = isolation.default_workers(device, len(set_plan))
+    if args.workers < 0:
+        raise InputError(f"--workers must be 0 or more, got {args.workers}")
+    if args.workers == 0 and len(set_plan) > 1:
+        note, set_plan = "--workers 0: the run stays in this process, on its default GPU; --gpus is not used", \
+            [(None, None)]
+    if note:
+        print(f"mla-verify: {note}", file=sys.stderr)
+    return [placement.WorkerSet(pin, record) for pin, record in set_plan]
+
+
+def _per_gpu_memory(args, sets) -> tuple[tuple[int, str], float] | None:
+    """Each GPU's free memory for its set's gate, as NVML said before the spares started (the cli), else
+    now, before any spare is told its job; and the least of them, which every case must fit.  None where
+    NVML cannot say: the run then measures with torch, on its default GPU, for every set."""
+    t0 = time.perf_counter()
+    found = getattr(args, "gpu_memory_at_start", None) or gpu_memory.free_memory_of(
+        [s.placement["gpu"] for s in sets])
+    if found is None:
+        return None
+    for s in sets:
+        s.available = found[s.placement["gpu"]][0]
+    least = min(sets, key=lambda s: s.available)
+    return found[least.placement["gpu"]], time.perf_counter() - t0
 
 
 def _changed_note(changed: Counter) -> str:
