@@ -21,6 +21,7 @@ from pathlib import Path
 from . import seqlens
 from .errors import InputError
 from .pool import pages_for
+from .sparse_cache import FORMATS
 
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 MODES = ("decode", "verify")
@@ -60,6 +61,13 @@ class Case:
     pool_pages: int = 0                # > 0: the pool's total pages, live ones spread over the whole range
     shared_prefix: int = 0             # tokens (whole pages) of one prefix every request shares, as a radix cache
     scenario: str = "call"
+    # sparse MLA (scenario "sparse", docs/sparse.md); left at their defaults they are no part of a
+    # case's definition (``to_dict``), so dense cases keep their hashes
+    topk: int = 0                      # index entries per query token (SGLang's index_topk)
+    kv_format: str = "v32"             # the cache record: harness/sparse_cache.FORMATS
+    kv_scales: str = "amax"            # the writer's scale policy: "amax" (SGLang) or "ue8m0" (FlashMLA's tests)
+    sink: str = "none"                 # attn_sink per head: "none", "random", "inf" (random with +-inf heads)
+    index_pattern: str = "random"      # which positions the top-k lists: INDEX_PATTERNS
     tags: tuple = field(default=())
     suite_file: str = ""               # the suite's .toml path when it was given as one (reruns use it)
 
@@ -82,11 +90,21 @@ class Case:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["tags"] = list(self.tags)
+        for key in SPARSE_FIELDS:         # at their defaults: as before these fields existed
+            if d[key] == CASE_DEFAULTS[key]:
+                del d[key]
         return d
 
 
+SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern")
+CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}
+SINKS = ("none", "random", "inf")
+# which context positions a query token's top-k lists (harness/sparse_inputs.py draws them): a random
+# subset, the most recent ones, a random subset with -1 holes inside, one with repeated positions, none
+INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid")
+
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).
-LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
+LIMITS = {"topk": 1 << 16, "batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
           "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20,
           "pool_pages": 1 << 22}
 
@@ -135,7 +153,34 @@ def validate_case(case: Case, where: str) -> Case:
     if longest > LIMITS["seqlen"]:
         bad("seqlen", f"lengths up to {longest} are beyond the largest supported {LIMITS['seqlen']}")
     _validate_scale_fields(case, bad)
+    _validate_sparse_fields(case, bad)
     return case
+
+
+def _validate_sparse_fields(case: Case, bad):
+    """The sparse fields: set only for the sparse scenario, which needs a topk."""
+    sparse = case.scenario == "sparse"
+    if not sparse:
+        for key in SPARSE_FIELDS:
+            if getattr(case, key) != CASE_DEFAULTS[key]:
+                bad(key, f"applies to the sparse scenario only (this case's scenario is '{case.scenario}')")
+        return
+    if not 1 <= case.topk <= LIMITS["topk"]:
+        bad("topk", f"the sparse scenario needs 1 to {LIMITS['topk']} index entries, got {case.topk}")
+    if case.kv_format not in FORMATS:
+        bad("kv_format", f"unknown record format '{case.kv_format}' (known: {', '.join(FORMATS)})")
+    fmt = FORMATS[case.kv_format]
+    if case.kv_scales not in fmt.policies:
+        bad("kv_scales", f"format {fmt.name} takes {', '.join(fmt.policies)}, not '{case.kv_scales}'")
+    if case.sink not in SINKS:
+        bad("sink", f"unknown sink '{case.sink}' (known: {', '.join(SINKS)})")
+    if case.index_pattern not in INDEX_PATTERNS:
+        bad("index_pattern", f"unknown index pattern '{case.index_pattern}' (known: {', '.join(INDEX_PATTERNS)})")
+    if case.d_qk != fmt.d_qk or case.d_v != 512 or case.kv_heads != 1:
+        bad("d_qk", f"format {fmt.name} holds d_qk {fmt.d_qk} with d_v 512 and one kv head, got d_qk "
+                    f"{case.d_qk}, d_v {case.d_v}, kv_heads {case.kv_heads}")
+    if case.dtype != "bf16":
+        bad("dtype", f"sparse MLA takes bf16 q (the cache format sets the KV), got {case.dtype}")
 
 
 def _validate_scale_fields(case: Case, bad):

@@ -33,6 +33,10 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
         raise ValueError(f"{n} query rows but {indices.shape[0]} index rows")
     if keys.shape[1] != d:
         raise ValueError(f"q has {d} columns, the keys {keys.shape[1]}")
+    if bool(((indices < -1) | (indices >= keys.shape[0])).any()):
+        raise ValueError(f"an index is neither -1 nor one of the {keys.shape[0]} key rows")
+    if keys.shape[0] == 0:                 # every entry is -1: a zero row to gather, never used
+        keys = keys.new_zeros(1, d)
     topk = indices.shape[1]
     out = torch.zeros(n, h, d_v, dtype=torch.float64, device=keys.device)
     lse = torch.full((n, h), math.inf, dtype=torch.float64, device=keys.device)

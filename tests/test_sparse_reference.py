@@ -78,6 +78,12 @@ def test_empty_row_is_zero_with_lse_plus_inf_even_with_a_sink():
     assert torch.isfinite(out[[0, 1, 3, 4]]).all()
 
 
+def test_no_valid_entry_anywhere_needs_no_keys():
+    q, keys, indices, d_v = problem(9)
+    out, lse = sparse_attention(q, keys[:0], torch.full_like(indices, -1), 0.3, d_v)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isposinf(lse).all()
+
+
 def test_sink_plus_inf_zeroes_minus_inf_changes_nothing_and_lse_excludes_it():
     q, keys, indices, d_v = problem(5)
     plain_out, plain_lse = sparse_attention(q, keys, indices, 0.3, d_v)
@@ -110,5 +116,9 @@ def test_shapes_that_disagree_are_refused():
     q, keys, indices, d_v = problem(8)
     with pytest.raises(ValueError, match="index rows"):
         sparse_attention(q, keys, indices[:3], 0.3, d_v)
+    with pytest.raises(ValueError, match="neither -1"):
+        sparse_attention(q, keys, torch.full_like(indices, 40), 0.3, d_v)
+    with pytest.raises(ValueError, match="neither -1"):
+        sparse_attention(q, keys, torch.full_like(indices, -2), 0.3, d_v)
     with pytest.raises(ValueError, match="columns"):
         sparse_attention(q, keys[:, :10], indices, 0.3, d_v)

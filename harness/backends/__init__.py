@@ -16,6 +16,11 @@ def _flashmla():
     return FlashMLABackend()
 
 
+def _flashmla_sparse():
+    from .flashmla_sparse import FlashMLASparseBackend
+    return FlashMLASparseBackend()
+
+
 def _flashinfer(kind):
     def make():
         from .flashinfer_mla import FlashInferMLABackend
@@ -42,6 +47,7 @@ def _flaggems():
 # never here.  ``auto`` runs every one that imports.
 KERNELS = {
     "flashmla": _flashmla,
+    "flashmla-sparse": _flashmla_sparse,
     "flashinfer-fa3": _flashinfer("fa3"),
     "flashinfer-fa2": _flashinfer("fa2"),
     "sglang-triton": _sglang_triton,

@@ -15,9 +15,10 @@ from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
 from ..pool import pages_for
 from .base import Backend
+from .torch_sparse import TorchSparse
 
 
-class TorchBackend(Backend):
+class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the sparse scenario's path
     name = "torch"
     pages_per_split = 8
     accumulate_dtype = torch.float32

@@ -1,0 +1,97 @@
+"""FlashMLA's sparse decode (``flash_mla`` from ``sgl-flash-mla``), called as SGLang 0.5.23's DSA backend
+calls it for an fp8 cache on Hopper (``flashmla_kv`` in ``dsa_backend.py``, through sglang's
+``flash_mla_interface.py``, which reaches the legacy SM90 kernel ``sparse_decode_fwd``):
+
+- q ``(n, 1, h, 576)`` bf16 with heads zero-padded to 64 or 128, sliced back after the call;
+- the cache viewed ``(-1, 64, 1, 656)`` uint8; indices ``(n, 1, topk)`` int32 slots, -1 invalid;
+- an empty ``(n, 0)`` block table, ``cache_seqlens = min(seq_len, topk)``;
+- metadata from ``get_mla_decoding_metadata(cache_seqlens, s_q * h, 1, h, is_fp8_kvcache=True,
+  topk=topk, use_legacy=True)`` put on a fresh ``FlashMLASchedMeta``;
+- ``causal=False``, ``is_fp8_kvcache=True``, ``use_legacy=True``; no sink from SGLang (FlashMLA's
+  own tests pass one, so a case with a sink passes it too).
+
+The kernel dequantizes a record as ``bf16(e4m3 * bf16(scale))`` (the wheel's SM90 source, noted in
+../shared/notes/sparse-mla.md; docs/sparse.md): the oracle's ``bf16_product`` view.
+"""
+
+import importlib
+
+import torch
+
+from .base import Backend, Capabilities
+from .optional import dist_version
+from .sparse_base import SparseCapabilities
+
+HEAD_PADDING = (64, 128)
+
+
+def _import_flash_mla():
+    try:
+        return importlib.import_module("flash_mla"), None
+    except Exception as e:     # a wheel built for another torch fails on import
+        return None, f"flash_mla: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+class FlashMLASparseBackend(Backend):
+    name = "flashmla-sparse"
+    # the dense interface's capabilities: this backend runs the sparse scenario only (unsupported_reason)
+    capabilities = Capabilities(dtypes=("bf16",), devices=("cuda",), d_qk=(576,), d_v=(512,), lse_base="e",
+                                index_format="token_slots", engine="sglang dsa_backend flashmla_kv")
+    sparse_capabilities = SparseCapabilities(
+        kv_formats=("v32",), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
+        # "On SM90, topk must be a multiple of 64" (../shared/notes/sparse-mla.md, from the wheel's source)
+        topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
+        engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)")
+
+    def __init__(self):
+        self.m, self.import_error = _import_flash_mla()
+
+    def available(self) -> bool:
+        return self.m is not None and torch.cuda.is_available()
+
+    def availability(self) -> str:
+        if not torch.cuda.is_available():
+            return "unavailable: no CUDA device"
+        if self.m is None:
+            return f"unavailable: {self.import_error}"
+        return "available: flash_mla (sparse decode, use_legacy=True)"
+
+    def unsupported_reason(self, case, device):
+        if case.scenario != "sparse":
+            return "flashmla-sparse is FlashMLA's sparse decode: it runs the sparse scenario only"
+        if not torch.cuda.is_available() or device != "cuda":
+            return "FlashMLA needs a CUDA device" + ("" if torch.cuda.is_available() else " (none here)")
+        if self.m is None:
+            return f"flash_mla does not import: {self.import_error}"
+        major, minor = torch.cuda.get_device_capability()
+        if major != 9:
+            return f"the legacy sparse decode kernel is built for SM90; this GPU is SM{major}{minor}"
+        return None
+
+    def info(self):
+        return {"package": "flash_mla" if self.m else None, "version": dist_version("sgl-flash-mla"),
+                "api": "flash_mla_with_kvcache(indices=..., use_legacy=True)"}
+
+    def run(self, inputs):
+        raise NotImplementedError("flashmla-sparse has only a sparse entry point (run_sparse)")
+
+    def run_sparse(self, inputs):
+        n, s_q, heads, d = inputs.q.shape
+        padded = self.sparse_capabilities.padded_heads(heads)
+        q = inputs.q
+        if padded != heads:                       # SGLang: q_all.new_zeros(...) then copy the real heads
+            q = inputs.q.new_zeros(n, s_q, padded, d)
+            q[:, :, :heads] = inputs.q
+        sink = inputs.attn_sink
+        if sink is not None and padded != heads:  # padded heads' outputs are dropped: -inf is no sink
+            sink = torch.cat([sink, sink.new_full((padded - heads,), float("-inf"))])
+        tile, splits = self.m.get_mla_decoding_metadata(
+            inputs.cache_seqlens, s_q * padded, 1, padded, is_fp8_kvcache=True, topk=inputs.topk, use_legacy=True)
+        sched, _ = self.m.get_mla_metadata()
+        sched.tile_scheduler_metadata, sched.num_splits = tile, splits
+        block_table = torch.empty((n, 0), dtype=torch.int32, device=q.device)
+        out, lse = self.m.flash_mla_with_kvcache(
+            q, inputs.kv_pool, block_table, inputs.cache_seqlens, inputs.d_v, sched, None,
+            softmax_scale=inputs.softmax_scale, causal=False, is_fp8_kvcache=True, indices=inputs.indices,
+            attn_sink=sink, use_legacy=True)
+        return out[:, :, :heads], lse[:, :heads, :]

@@ -1,0 +1,173 @@
+"""A sparse case's inputs, as SGLang 0.5.23's DSA backend builds them (``dsa_backend.py``), and the gate.
+
+- The pool: pages of ``page_size`` fp8 token records (``sparse_cache``), all poisoned (0xFF: NaN in every
+  part of a record) and then written with every request's tokens through ``req_to_token`` (``pool.allocate``:
+  shuffled pages, page 0 reserved, spare pages and an optional radix-shared prefix).  A record no index
+  selects keeps its poison or another request's tokens, so a read outside a key set shows.
+- The query rows: decode has one per request, which sees its ``seq_len`` tokens.  Target verify is
+  flattened as SGLang does it: draft i of request r is a row of its own (``s_q = 1``) that sees
+  ``seq_len + i + 1`` tokens; causality lives only in the indices.
+- Each row's key set: ``topk`` positions of the tokens it sees (``Case.index_pattern``), mapped to KV
+  slots as ``transform_index_page_table_decode`` does (``req_to_token[req, pos]``; -1 stays -1), with a
+  -1 tail where the row sees fewer tokens than ``topk``.  FlashMLA reads slot ``page * page_size + offset``.
+- ``cache_seqlens = min(tokens seen, topk)``, SGLang's ``dsa_cache_seqlens`` (the scheduler's input).
+
+The index gate (``validate_indices``): every entry is -1 or a slot of the pool.  FlashMLA does not check
+(only -1 is invalid; anything else is read, out of bounds or not), so a bad index is refused before any
+kernel runs, with one line.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .cases import Case
+from .errors import InputError
+from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
+from .integrity import guarded
+from .pool import allocate
+from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
+from .transfer import to_device
+
+SINK_SCALE, SINK_SHIFT = 2.0, 4.0          # "random" sinks: N(4, 2^2), near a typical LSE so they matter
+
+
+@dataclass(frozen=True)
+class SparseInputs:
+    """What a sparse backend is called with.  Every tensor is the engine's state: the launch witnesses
+    them all (``integrity.Witness``), and the kernel's output buffer ``out`` sits between guards."""
+
+    q: torch.Tensor                   # (n, s_q, heads, d_qk) bf16: the model's heads (a backend pads them)
+    kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records
+    indices: torch.Tensor             # (n, s_q, topk) int32: KV slot or -1
+    cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk)
+    attn_sink: torch.Tensor | None    # (heads,) float32, or None (SGLang passes none)
+    req_to_token: torch.Tensor        # (max_reqs, max_context) int32: the engine's table the indices came from
+    softmax_scale: float
+    d_v: int
+    kv_format: str
+    out: torch.Tensor | None = None   # (n, s_q, heads, d_v) bf16, poisoned, guarded: a backend may write here
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def page_size(self) -> int:
+        return self.kv_pool.shape[1]
+
+    @property
+    def num_slots(self) -> int:
+        return self.kv_pool.shape[0] * self.kv_pool.shape[1]
+
+    @property
+    def fmt(self):
+        return FORMATS[self.kv_format]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def topk(self) -> int:
+        return self.indices.shape[-1]
+
+
+@dataclass(frozen=True)
+class SparseCase:
+    """The inputs and what the harness knows about them on the host (the gate and the row read these)."""
+
+    inputs: SparseInputs
+    indices: torch.Tensor             # the indices, on the CPU
+    seen: list                        # tokens each query row sees
+    seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
+
+
+def sink_for(case: Case, gen: torch.Generator) -> torch.Tensor | None:
+    if case.sink == "none":
+        return None
+    sink = torch.randn(case.heads, generator=gen) * SINK_SCALE + SINK_SHIFT
+    if case.sink == "inf":           # FlashMLA's test draws +-inf sinks: +inf zeroes a head, -inf is no sink
+        sink[0::3] = torch.inf
+        sink[1::3] = -torch.inf
+    return sink
+
+
+def positions_for(pattern: str, seen: int, topk: int, gen: torch.Generator) -> np.ndarray:
+    """The top-k positions (of ``seen`` tokens) one query row lists, -1 padded to ``topk``."""
+    row = np.full(topk, -1, dtype=np.int64)
+    if pattern == "invalid" or seen == 0:
+        return row
+    if pattern == "window":
+        picked = np.arange(max(0, seen - topk), seen)
+    else:
+        picked = torch.randperm(seen, generator=gen)[:topk].numpy()
+    row[:len(picked)] = picked
+    if pattern == "holes":           # -1 entries inside the valid prefix (sglang #30645's shape)
+        row[torch.rand(topk, generator=gen).numpy() < 0.25] = -1
+    elif pattern == "repeat" and len(picked) > 1:     # a quarter of the entries repeat others
+        dup = torch.randperm(len(picked), generator=gen)[:max(1, len(picked) // 4)].numpy()
+        row[dup] = picked[torch.randint(0, len(picked), (len(dup),), generator=gen).numpy()]
+    return row
+
+
+def query_rows(case: Case, seq_lens: list[int]) -> list[tuple[int, int]]:
+    """``(request, tokens seen)`` per query row: decode's one row per request, verify's flattened drafts."""
+    if case.mode == "decode":
+        return [(r, n) for r, n in enumerate(seq_lens)]
+    return [(r, n + i + 1) for r, n in enumerate(seq_lens) for i in range(case.draft_tokens)]
+
+
+def build(case: Case, device) -> SparseCase:
+    """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``."""
+    device = torch.device(device)
+    fmt = FORMATS[case.kv_format]
+    seq_lens = draw_seq_lens(case)
+    total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
+    host_gen = torch.Generator().manual_seed(case.seed + 2)
+    layout = allocate(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
+                      pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
+    rows = query_rows(case, seq_lens)
+    r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
+    indices = np.full((len(rows), 1, case.topk), -1, dtype=np.int32)
+    for i, (r, seen) in enumerate(rows):
+        pos = positions_for(case.index_pattern, seen, case.topk, host_gen)
+        indices[i, 0] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
+    host_indices = torch.from_numpy(indices)
+    cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
+    slots, _ = write_slots(layout, [0] * len(total), total)
+    sink = sink_for(case, host_gen)
+    # the sink travels as its float32 bits: one int32 transfer carries everything
+    sent = to_device([host_indices, cache, layout.req_to_token, slots]
+                     + ([sink.float().view(torch.int32)] if sink is not None else []), device)
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    q = draw_normal((len(rows), 1, case.heads, case.d_qk), gen, torch.bfloat16)
+    tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
+    pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
+    write_records(pool, sent[3], quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
+    inputs = SparseInputs(
+        q=q, kv_pool=pool.view(layout.num_pages, case.page_size, 1, fmt.bytes_per_token),
+        indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[4].view(torch.float32) if sink is not None else None,
+        req_to_token=sent[2], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
+    return SparseCase(inputs, host_indices, [seen for _, seen in rows], list(seq_lens))
+
+
+def output_buffer(inputs: SparseInputs) -> torch.Tensor:
+    """The engine's output buffer: poisoned bf16 between guard regions (``integrity``)."""
+    n, s_q, heads, _ = inputs.q.shape
+    return poisoned((n, s_q, heads, inputs.d_v), torch.bfloat16, inputs.device)
+
+
+def validate_indices(indices: torch.Tensor, num_slots: int):
+    """Refuse, with one line, indices a kernel must not be launched on: int32 ``(n, s_q, topk)``, each
+    entry -1 or a slot in ``[0, num_slots)``."""
+    if indices.dim() != 3 or indices.dtype != torch.int32:
+        raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
+                         f"{tuple(indices.shape)}")
+    bad = (indices < -1) | (indices >= num_slots)
+    if bool(bad.any()):
+        row, q, j = (int(x) for x in bad.nonzero()[0])
+        raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "
+                         f"the pool's {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
+                         f"other value, out of bounds or not)")
