@@ -104,9 +104,9 @@ SINKS = ("none", "random", "inf")
 INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid")
 
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).
-LIMITS = {"topk": 1 << 16, "batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
+LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
           "d_qk": 4096, "d_v": 4096, "extra_pages": 1 << 16, "seqlen": 1 << 20,
-          "pool_pages": 1 << 22}
+          "pool_pages": 1 << 22, "topk": 1 << 16}
 
 CASE_FIELDS = {f.name: f for f in dataclasses.fields(Case) if f.name not in ("id", "seed", "suite_file")}
 GROUP_ONLY_KEYS = {"name", "draws", "seed"}
