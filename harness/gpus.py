@@ -121,17 +121,21 @@ def visible(gpus: list[Gpu], setting: str | None) -> list[Gpu] | None:
     return chosen
 
 
-@cache
 def discover() -> tuple[Gpu, ...]:
     """The GPUs this process may use: the test hook's, else NVML's, else ``nvidia-smi -L``'s, narrowed by
     ``CUDA_VISIBLE_DEVICES``.  Empty where none is found (a CPU box, or a setting this module cannot map)."""
     fake = fake_gpus()
     if fake is not None:
         return tuple(fake)
+    return _found(os.environ.get(PIN_ENV))
+
+
+@cache      # asked by the cli before the spares start and by run: the driver is asked once
+def _found(setting: str | None) -> tuple[Gpu, ...]:
     found = _nvml_gpus()
     if found is None:
         found = _smi_gpus() or []
-    return tuple(visible(found, os.environ.get(PIN_ENV)) or [])
+    return tuple(visible(found, setting) or [])
 
 
 def select(spec: str, found) -> list[Gpu]:

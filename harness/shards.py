@@ -13,7 +13,6 @@ empty, and rows record ``shard_of`` (the cases over all shards) so ``report`` ex
 import heapq
 import re
 
-from . import resources
 from .errors import InputError
 
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -30,6 +29,8 @@ def parse(text: str) -> tuple[int, int]:
 
 def work(case) -> int:
     """A case's estimated work, at least 1 (an empty case still costs a launch)."""
+    # imported here: it brings torch, and ``report`` reads only labels from this module
+    from . import resources
     return max(int(resources.estimated_bytes(case)["total"]), 1)
 
 

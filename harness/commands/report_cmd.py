@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_OK, InputError
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
 from ..results import check_output_path
@@ -14,7 +14,8 @@ from ..status import Status
 def add_parser(sub):
     p = sub.add_parser("report", help="write a self-contained HTML report from results files")
     p.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) (JSONL); a later row of the same "
-                   "case and backend supersedes an earlier one")
+                   "case and backend supersedes an earlier one.  Files of a sharded run (run --shard K/N): a shard "
+                   "absent or a case from two shards is named, exit 2; else the merged verdict's exit code")
     p.add_argument("-o", "--out", help="report file; default reports/report-<time>.html")
     p.add_argument("--baseline", action="append", metavar="OLD",
                    help="an older results file (repeat for several): mark new failures, fixed cases and "
@@ -47,6 +48,9 @@ def main(args) -> int:
     _, data = write_report(args.results, target, args.baseline or (), args.max_drilldowns, args.title,
                            args.regression_factor, args.regression_floor)
     print(out)
+    sharded = data.extras.shards.sharded
+    for problem in data.shard_problems:
+        print(f"mla-verify: report: {problem}", file=sys.stderr)
     if data.baseline is not None and not data.baseline["matched"]:
         print(f"mla-verify: report: {nothing_in_common(data)}", file=sys.stderr)
         if args.fail_on_regression:
@@ -61,6 +65,8 @@ def main(args) -> int:
         if lost:
             return EXIT_FAILURES
     sys.stdout.flush()
+    if sharded:      # a merge of shards: the merged verdict's code, or 2 when the shards are not one whole run
+        return EXIT_BAD_INPUT if data.shard_problems else data.verdict.exit_code
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from ..status import GATING, STATUSES, Status, Verdict, verdict_of
 from . import findings as findings_mod
 from . import scoreboard
 from .rows import Loaded, load, sample
+from .shard_check import ShardCheck
 
 BAD = GATING          # statuses that fail the gate
 CHECKS = TENSOR_NAMES
@@ -68,12 +69,14 @@ class Extras:
         self.infos: dict[str, dict] = {}                # backend -> its first row's backend_info
         self.selection: set[str] = set()                # how auto chose
         self.bench: list[dict] = []                     # bench rows, whole (a few)
+        self.shards = ShardCheck()                      # what a merge of shards lacks or repeats
 
     def __call__(self, row: dict, rec: dict):
         env = row.get("env") if isinstance(row.get("env"), dict) else {}
         values = tuple(str(get(row, env) or "–") for _, get in ENV_FIELDS)
         rec["env"] = self.env_values.setdefault(values, len(self.env_values))
         backend = rec["backend"]
+        self.shards.see(row, backend)
         self.infos.setdefault(backend, row.get("backend_info"))
         self.kernels.setdefault(backend, Counter())[scoreboard.kernel_name(row.get("backend_info"))] += 1
         self.selection.update(str(n) for n in row.get("selection") or [])
@@ -147,6 +150,7 @@ class ReportData:
     baseline: dict | None = None                # see baseline.diff_against
     drill: list[int] = field(default_factory=list)    # row indices that get a drill-down
     drill_total: int = 0                        # failing rows (drill-downs may be capped)
+    shard_problems: list = field(default_factory=list)   # shards absent or repeated (``shard_check``)
 
     def row_of(self, i: int) -> dict:
         """The whole row behind frame line ``i``, read again from its file."""
@@ -164,7 +168,7 @@ def collect(paths) -> ReportData:
                       counts=counts(df), statuses=status_columns(df), env=environment(df, extras),
                       timing=timing(df), unsupported=unsupported_reasons(df), verdict=verdict, extras=extras,
                       findings=found, scoreboard=scoreboard.lines(df, extras.kernels, found),
-                      no_kernel=scoreboard.no_kernel_verified(df))
+                      no_kernel=scoreboard.no_kernel_verified(df), shard_problems=extras.shards.problems())
 
 
 def choose_drilldowns(df: pd.DataFrame, limit: int) -> tuple[list[int], int]:

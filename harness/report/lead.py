@@ -74,14 +74,25 @@ def _finding(f, k: int) -> str:
             f'<div class="rr">{rerun}</div></tr>')
 
 
+def shard_problems(data) -> str:
+    """What a merge of shards lacks or repeats, above the findings: the verdict covers only what arrived."""
+    problems = getattr(data, "shard_problems", None)
+    if not problems:
+        return ""
+    items = "".join(f"<li>{esc(p)}</li>" for p in problems)
+    return (f'<div class="finding" id="shards"><b>These results are not one whole sharded run</b> (the verdict '
+            f'covers only the rows that arrived):<ul>{items}</ul></div>')
+
+
 def findings(data) -> str:
     if not data.findings:
-        return ('<section id="findings"><h2>Findings</h2><p class="meta">No failing case: nothing to report.</p>'
-                '</section>')
+        return ('<section id="findings"><h2>Findings</h2>' + shard_problems(data)
+                + '<p class="meta">No failing case: nothing to report.</p></section>')
     n = sum(f.cases for f in data.findings)
     rows = [_finding(f, k) for k, f in enumerate(data.findings)]
     return (f'<section id="findings"><h2>Findings <span class="meta">{len(rows)} from {n:,} failing case(s), '
             f'clustered by backend, failed check and pattern; most cases first</span></h2>'
+            + shard_problems(data)
             + fold('<table class="findings"><thead><tr><th>cases<th>backend<th>evidence · smallest case · rerun'
                    '</thead>', rows, SHOWN_FINDINGS, "finding(s)")
             + "</section>")
