@@ -114,6 +114,11 @@ class FlashInferMLABackend(LazyKernel, Backend):
             torch.cuda.synchronize()
         self.jit_build_s[key] = round(time.perf_counter() - t0, 3)
 
+    def graph_session(self, max_bs, max_context_len, inputs):
+        """SGLang's ``FlashInferMLAAttnBackend`` CUDA-graph path (flashinfer_graph.py)."""
+        from .flashinfer_graph import FlashInferGraphSession
+        return FlashInferGraphSession(self, max_bs, max_context_len, inputs)
+
     @staticmethod
     def q_for(inputs):
         return inputs.q_model if inputs.is_fp8 else inputs.q        # fp8: q stays in the model dtype

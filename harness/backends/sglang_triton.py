@@ -31,66 +31,17 @@ import os
 
 import torch
 
-from reference import descale_scalar
-
 from .base import Backend, Capabilities
 from .optional import LazyKernel, dist_version
-
-BASE_MAX_KV_SPLITS = 8            # ServerArgs.triton_attention_num_kv_splits default
-MLA_DECODE_MIN_BLOCK_KV = 32      # triton_backend._MLA_DECODE_MIN_BLOCK_KV
-MODEL_CONTEXT_LEN = 163840        # DeepSeek-V3's context_len: SGLang sizes max_kv_splits from it
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def mla_decode_max_kv_splits(sm_count: int, context_len: int = MODEL_CONTEXT_LEN) -> int:
-    """``triton_backend._mla_decode_kv_splits_cap(8, sm_count, context_len)``."""
-    if sm_count <= 0:
-        return BASE_MAX_KV_SPLITS
-    ctx_cap = next_power_of_2(-(-context_len // MLA_DECODE_MIN_BLOCK_KV))
-    return max(BASE_MAX_KV_SPLITS, min(next_power_of_2(sm_count), ctx_cap))
-
-
-def token_slots(inputs, lengths: torch.Tensor):
-    """``(kv_indptr int32, kv_indices int64)`` of the first ``lengths[r]`` tokens of each request."""
-    device = inputs.device
-    lengths = lengths.long().to(inputs.req_to_token.device)
-    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
-    indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32).to(device)
-    from ..pool import token_index
-    request, t = token_index(lengths, inputs.req_to_token.device)
-    rows = inputs.req_pool_indices.long().to(inputs.req_to_token.device)[request]
-    indices = inputs.req_to_token[rows, t].long().to(device)
-    return indptr, indices
-
-
-def model_q(inputs) -> torch.Tensor:
-    """q as SGLang's Triton path is given it: the model dtype (fp8 cases: unquantised)."""
-    return inputs.q_model if inputs.is_fp8 else inputs.q
-
-
-def scales(inputs) -> tuple[float, float]:
-    """``k_scale, v_scale`` as ``layer.k_scale_float`` (1.0 without an fp8 cache)."""
-    k = descale_scalar(inputs.descale_k) if inputs.is_fp8 else 1.0
-    return k, k
-
-
-def token_view(pool: torch.Tensor) -> torch.Tensor:
-    """The page pool as SGLang's token-slot KV buffer ``(slots, h_kv, d)``."""
-    return pool.reshape(pool.shape[0] * pool.shape[1], *pool.shape[2:])
-
-
-def draft_latents(inputs) -> torch.Tensor:
-    """``(b * s_q, h_kv, d)`` the drafts' latents from the slots they were written to, in q's dtype."""
-    source = inputs.kv_pool_model if inputs.is_fp8 else inputs.kv_pool
-    b, s_q = inputs.q.shape[:2]
-    prefix = inputs.seq_lens.long().to(inputs.req_to_token.device)
-    rows = inputs.req_pool_indices.long().to(inputs.req_to_token.device)
-    pos = prefix[:, None] + torch.arange(s_q, device=prefix.device)[None, :]
-    slots = inputs.req_to_token[rows[:, None], pos].long().reshape(-1).to(inputs.device)
-    return token_view(source)[slots].to(model_q(inputs).dtype).contiguous()
+from .sglang_calls import (
+    draft_latents,
+    mla_decode_max_kv_splits,
+    model_q,
+    next_power_of_2,
+    scales,
+    token_slots,
+    token_view,
+)
 
 
 class TritonKernels(LazyKernel):
@@ -166,16 +117,23 @@ class SGLangTritonBackend(TritonKernels, Backend):
     def run(self, inputs):
         return self.decode(inputs) if inputs.mode == "decode" else self.verify(inputs)
 
-    def split_counts(self, seq_lens: torch.Tensor, num_heads: int):
-        """``(num_kv_splits, max_kv_splits, uneven_batch)`` as ``TritonAttnBackend.get_num_kv_splits``."""
+    def device_core_count(self, device: torch.device) -> int:
+        """``get_device_core_count``: the SM count on CUDA, 0 elsewhere (or ``device_cores`` when set)."""
+        if self.device_cores is not None:
+            return self.device_cores
+        return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+
+    def split_counts(self, seq_lens: torch.Tensor, num_heads: int, out: torch.Tensor | None = None,
+                     uneven: torch.Tensor | None = None):
+        """``(num_kv_splits, max_kv_splits, uneven_batch)`` as ``TritonAttnBackend.get_num_kv_splits``;
+        into ``out`` / ``uneven`` when given (the CUDA-graph buffers), else into fresh tensors."""
         device = seq_lens.device
         b = seq_lens.shape[0]
-        cores = self.device_cores
-        if cores is None:          # get_device_core_count: the SM count on CUDA, 0 elsewhere
-            cores = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+        cores = self.device_core_count(device)
         max_splits = mla_decode_max_kv_splits(cores)
-        num_kv_splits = torch.empty(b, dtype=torch.int32, device=device)
-        uneven = torch.zeros(1, dtype=torch.int32, device=device)
+        num_kv_splits = torch.empty(b, dtype=torch.int32, device=device) if out is None else out
+        if uneven is None:
+            uneven = torch.zeros(1, dtype=torch.int32, device=device)
         if cores <= 0:                         # SGLang: device_core_count <= 0 -> static splits
             num_kv_splits.fill_(max_splits)
             return num_kv_splits, max_splits, uneven
@@ -184,6 +142,11 @@ class SGLangTritonBackend(TritonKernels, Backend):
             num_kv_splits, seq_lens, b, 1, num_heads, 1, max_splits, cores,
             MAX_NUM_SEQ=256 if b < 256 else next_power_of_2(b), uneven_batch_ptr=uneven)
         return num_kv_splits, max_splits, uneven
+
+    def graph_session(self, max_bs, max_context_len, inputs):
+        """``TritonAttnBackend``'s CUDA-graph path (triton_graph.py)."""
+        from .triton_graph import TritonGraphSession
+        return TritonGraphSession(self, max_bs, max_context_len, inputs)
 
     def decode(self, inputs):
         fwd = self._load()["sglang.kernels.ops.attention.decode_attention"].decode_attention_fwd
