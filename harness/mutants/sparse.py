@@ -1,0 +1,97 @@
+"""Sparse mutants: the torch backend's sparse path (``backends/torch_sparse.py``) with one bug planted.
+
+They are not in ``MUTANTS`` yet: ``selfcheck``'s suite (cases/selfcheck.toml) has no sparse case, so
+registered there they would survive it.  Each is killed by the ``sparse`` suite
+(tests/test_sparse_mutants.py), and runs as a plug-in:
+``mla-verify run --suite sparse --backend harness/mutants/sparse.py:SinkIgnored``.
+``caught_by`` names the checks expected to fail, as the registered mutants' do.
+"""
+
+import torch
+
+from ..backends.torch_backend import TorchBackend
+
+
+class SparseMutant(TorchBackend):
+    bug = ""
+    caught_by: tuple = ()
+
+
+class MinusOneAsSlotZero(SparseMutant):
+    name = "mutant:minus_one_as_slot_zero"
+    bug = "-1 entries clamped to slot 0 and attended (slot 0 is SGLang's reserved padding slot)"
+    caught_by = ("out.nonfinite", "lse.nonfinite", "out.element")
+
+    def sparse_valid(self, indices):
+        return torch.ones_like(indices, dtype=torch.bool)
+
+    def sparse_keys(self, inputs, slots):
+        return super().sparse_keys(inputs, slots.clamp_min(0))
+
+
+class SinkIgnored(SparseMutant):
+    name = "mutant:sink_ignored"
+    bug = "attn_sink not applied (the kernel called without it)"
+    caught_by = ("out.element", "out.cosine")
+
+    def sparse_sink(self, out, lse, sink):
+        return out
+
+
+class SinkInLse(SparseMutant):
+    name = "mutant:sink_in_lse"
+    bug = "the returned LSE includes the sink (FlashMLA's excludes it)"
+    caught_by = ("lse.element", "lse.nonfinite")
+
+    def sparse_sink(self, out, lse, sink):
+        scaled = super().sparse_sink(out, lse, sink)
+        if sink is not None:
+            lse.copy_(torch.logaddexp(lse, sink.float()[None, :]))      # in place: the LSE returned
+        return scaled
+
+
+class WrongScaleTile(SparseMutant):
+    name = "mutant:wrong_scale_tile"
+    bug = "each 128-value tile dequantized with its neighbour's scale"
+    caught_by = ("out.element", "lse.element")
+
+    def sparse_records(self, inputs, slots):
+        values, scales, rope = super().sparse_records(inputs, slots)
+        return values, scales.roll(1, dims=1), rope
+
+
+class RopeAsFp8(SparseMutant):
+    name = "mutant:rope_as_fp8"
+    bug = "the 64 rope values read as e4m3 bytes instead of bf16"
+    caught_by = ("lse.element", "out.element")
+
+    def sparse_records(self, inputs, slots):
+        values, scales, rope = super().sparse_records(inputs, slots)
+        as_bytes = rope.to(torch.bfloat16).view(torch.uint8)[:, :rope.shape[1]]
+        return values, scales, as_bytes.view(torch.float8_e4m3fn).float().nan_to_num(0.0)
+
+
+class PageOffsetPlusOne(SparseMutant):
+    name = "mutant:page_offset_plus_one"
+    bug = "slot read one past its offset in the page (page * P + offset + 1, wrapping in the page)"
+    caught_by = ("out.nonfinite", "lse.nonfinite", "out.element", "lse.element")
+
+    def sparse_keys(self, inputs, slots):
+        P = inputs.page_size
+        return super().sparse_keys(inputs, slots // P * P + (slots % P + 1) % P)
+
+
+class RepeatedMerged(SparseMutant):
+    name = "mutant:repeated_merged"
+    bug = "a slot listed twice attended once (indices de-duplicated)"
+    caught_by = ("lse.element", "out.element")
+
+    def sparse_valid(self, indices):
+        same = indices[:, :, None] == indices[:, None, :]
+        earlier = torch.ones(indices.shape[1], indices.shape[1], dtype=torch.bool, device=indices.device).tril(-1)
+        repeat = (same & earlier).any(dim=-1)                       # listed before in the same row
+        return (indices != -1) & ~repeat
+
+
+SPARSE_MUTANTS = {cls.name.removeprefix("mutant:"): cls for cls in (
+    MinusOneAsSlotZero, SinkIgnored, SinkInLse, WrongScaleTile, RopeAsFp8, PageOffsetPlusOne, RepeatedMerged)}

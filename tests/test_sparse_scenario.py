@@ -1,0 +1,152 @@
+"""The sparse scenario end to end on the CPU: SGLang's inputs, the index gate, the witness, the
+comparison with the oracle, and broken sparse backends that must fail it."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.backends import TorchBackend
+from harness.backends.flashmla_sparse import FlashMLASparseBackend
+from harness.backends.reference_backend import ReferenceBackend
+from harness.cases import Case, load_suite, validate_case
+from harness.errors import InputError
+from harness.inputs import draw_seq_lens
+from harness.results import case_hash
+from harness.runner import run_case
+from harness.scenarios import run
+from harness.scenarios import sparse as scenario
+from harness.sparse_inputs import build, validate_indices
+from harness.status import Status
+
+
+def sparse_case(**kw) -> Case:
+    fields = dict(id="sparse/t/0", seed=11, scenario="sparse", topk=64, heads=16, batch_size=3,
+                  seqlen="uniform:1:200")
+    return validate_case(Case(**{**fields, **kw}), "test")
+
+
+def test_the_shipped_suite_passes_on_the_torch_backend():
+    outcomes = {c.id: run(c, TorchBackend(), "cpu") for c in load_suite("sparse").cases}
+    assert {o.status for o in outcomes.values()} == {Status.PASS}, \
+        {k: o.messages or o.reason for k, o in outcomes.items() if o.status is not Status.PASS}
+    compared = [o.metrics["sparse"]["valid_entries"] for o in outcomes.values()]
+    assert sum(compared) > 10_000                   # the suite compares real key sets, not only empty rows
+
+
+def test_verify_rows_are_flattened_as_sglang_does_it():
+    case = sparse_case(mode="verify", draft_tokens=3, topk=128, index_pattern="window")
+    built = build(case, "cpu")
+    seq = draw_seq_lens(case)
+    assert built.seen == [n + i + 1 for n in seq for i in range(3)]
+    assert tuple(built.inputs.indices.shape) == (9, 1, 128) and built.inputs.q.shape[1] == 1
+    assert built.inputs.cache_seqlens.tolist() == [min(n, 128) for n in built.seen]
+    valid = (built.indices >= 0).sum(-1).flatten().tolist()
+    assert valid == [min(n, 128) for n in built.seen]
+    for row in range(9):                             # a -1 tail after the valid entries, never a hole
+        entries = built.indices[row, 0]
+        assert (entries[:valid[row]] >= 0).all() and (entries[valid[row]:] == -1).all()
+
+
+def test_a_window_lists_the_request_slots_of_its_last_positions():
+    case = sparse_case(index_pattern="window", seqlen="list:100,40,250")
+    built = build(case, "cpu")
+    r2t = built.inputs.req_to_token
+    from harness.pool import allocate   # the layout again, from the same seed: slots as req_to_token lists them
+    layout = allocate([100, 40, 250], 64, case.extra_pages, torch.Generator().manual_seed(case.seed + 1))
+    assert torch.equal(layout.req_to_token, r2t)
+    for r, n in enumerate([100, 40, 250]):
+        want = r2t[layout.req_pool_indices[r], max(0, n - 64):n]
+        assert torch.equal(built.indices[r, 0, :len(want)], want)
+
+
+def test_unreferenced_records_are_poison():
+    built = build(sparse_case(seqlen="list:5,1,9"), "cpu")
+    pool = built.inputs.kv_pool.view(-1, 656)
+    listed = set(built.indices[built.indices >= 0].tolist())
+    written = {s for s in range(pool.shape[0]) if not bool((pool[s] == 0xFF).all())}
+    assert listed <= written
+    assert 0 not in written                        # page 0 stays reserved, and poisoned
+
+
+def test_a_backend_without_a_sparse_entry_point_is_unsupported_with_the_reason():
+    out = run(sparse_case(), ReferenceBackend(), "cpu")
+    assert out.status is Status.UNSUPPORTED and "no sparse entry point (run_sparse)" in out.reason
+
+
+def test_flashmla_sparse_refuses_what_its_kernel_refuses():
+    caps = FlashMLASparseBackend.sparse_capabilities
+    assert "multiple of 64" in caps.reason_unsupported(sparse_case(topk=100), "cuda")
+    assert "none holds them" in caps.reason_unsupported(sparse_case(heads=256), "cuda")
+    assert caps.reason_unsupported(sparse_case(heads=16, topk=128), "cuda") is None
+    assert caps.padded_heads(16) == 64 and caps.padded_heads(100) == 128
+    dense = Case(id="d/g/0", seed=1)
+    assert "sparse scenario only" in FlashMLASparseBackend().unsupported_reason(dense, "cuda")
+
+
+# ---- the gate ----------------------------------------------------------------------------------
+
+class Recorder(TorchBackend):
+    called = False
+
+    def run_sparse(self, inputs):
+        Recorder.called = True
+        return super().run_sparse(inputs)
+
+
+@pytest.mark.parametrize("bad,words", [(10**6, "outside the pool's"), (-2, "outside the pool's")])
+def test_an_index_outside_the_pool_is_refused_before_any_launch(bad, words):
+    built = build(sparse_case(), "cpu")
+    indices = built.indices.clone()
+    indices[1, 0, 3] = bad
+    doctored = dataclasses.replace(built, indices=indices,
+                                   inputs=dataclasses.replace(built.inputs, indices=indices))
+    Recorder.called = False
+    with pytest.raises(InputError) as e:
+        scenario.launch(Recorder(), doctored)
+    assert not Recorder.called
+    line = str(e.value)
+    assert "\n" not in line and words in line and "query row 1, token 0, entry 3" in line
+
+
+def test_the_gate_error_leaves_the_runner_as_bad_input(monkeypatch):
+    def doctored_build(case, device):
+        built = build(case, device)
+        indices = built.indices.clone()
+        indices[0, 0, 0] = built.inputs.num_slots          # one past the pool's last slot
+        return dataclasses.replace(built, indices=indices, inputs=dataclasses.replace(built.inputs, indices=indices))
+    monkeypatch.setattr(scenario, "build", doctored_build)
+    Recorder.called = False
+    with pytest.raises(InputError, match="outside the pool's"):
+        run_case(sparse_case(), Recorder(), "recorder", "cpu")
+    assert not Recorder.called
+
+
+def test_the_gate_needs_int32_three_dimensional_indices():
+    with pytest.raises(InputError, match="int32"):
+        validate_indices(torch.zeros(2, 3, dtype=torch.int64), 10)
+
+
+# ---- case fields ---------------------------------------------------------------------------------
+
+def test_dense_cases_keep_their_definition_and_hash():
+    dense = Case(id="smoke/g/0", seed=5)
+    assert not {"topk", "kv_format", "kv_scales", "sink", "index_pattern"} & set(dense.to_dict())
+    assert case_hash(dense.to_dict()) == case_hash({**dense.to_dict()})
+    assert "topk" in sparse_case().to_dict()
+
+
+@pytest.mark.parametrize("fields,words", [
+    (dict(scenario="call", topk=64), "applies to the sparse scenario only"),
+    (dict(topk=0), "needs 1 to"),
+    (dict(kv_format="v9"), "unknown record format"),
+    (dict(kv_format="v4", d_qk=512, kv_scales="amax"), "takes ue8m0"),
+    (dict(sink="sometimes"), "unknown sink"),
+    (dict(index_pattern="zigzag"), "unknown index pattern"),
+    (dict(d_qk=512), "holds d_qk 576"),
+    (dict(dtype="fp16"), "bf16 q"),
+])
+def test_bad_sparse_fields_are_one_line(fields, words):
+    base = dict(id="sparse/t/0", seed=1, scenario="sparse", topk=64)
+    with pytest.raises(InputError, match=words):
+        validate_case(Case(**{**base, **fields}), "here")
