@@ -52,7 +52,7 @@ def test_a_window_lists_the_request_slots_of_its_last_positions():
     case = sparse_case(index_pattern="window", seqlen="list:100,40,250")
     built = build(case, "cpu")
     r2t = built.inputs.req_to_token
-    from harness.pool import allocate   # the layout again, from the same seed: slots as req_to_token lists them
+    from harness.pool import allocate  # the layout again, from the same seed: slots as req_to_token lists them
     layout = allocate([100, 40, 250], 64, case.extra_pages, torch.Generator().manual_seed(case.seed + 1))
     assert torch.equal(layout.req_to_token, r2t)
     for r, n in enumerate([100, 40, 250]):
