@@ -5,9 +5,13 @@ page lists (``block_table`` page ``t // P``, offset ``t % P``), not from ``req_t
 """
 
 import math
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton's CPU interpreter, read when the kernels are defined
 
 from harness.backends.csr_graph import (
     SEQ_LEN_FILL,
@@ -30,7 +34,7 @@ P = 64
 def make_case(mode="decode", batch=4, seqlen="list:5,130,64,200", drafts=1, heads=4):
     cid = f"graph-fill/{mode}/{batch}/{seqlen}"
     return Case(id=cid, seed=case_seed(cid, 0), mode=mode, batch_size=batch, heads=heads, draft_tokens=drafts,
-                seqlen=seqlen)
+                seqlen=seqlen, dtype="fp16")
 
 
 def make_store(case, prefix, grow=100):
@@ -278,6 +282,41 @@ def test_triton_fill_matches_the_page_lists(mode):
         want = pool[slots_from_pages(store, r, n + 2)[n:]]
         assert not want.isnan().any()
         assert torch.equal(session.k_extend[2 * row:2 * row + 2], want), row
+
+
+def _interpreter_missing() -> str | None:
+    if torch.cuda.is_available():
+        return "a CUDA device is here: the Triton interpreter lane is for CPU (the GPU test below covers it)"
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return "TRITON_INTERPRET is set to something other than 1"
+    error = SGLangTritonBackend().import_error()
+    return None if error is None else f"SGLang's Triton kernels do not import here (make triton-cpu): {error}"
+
+
+@pytest.mark.parametrize("mode", ["decode", "verify"])
+def test_triton_session_call_equals_the_eager_adapter_on_cpu(mode):
+    """The session's kernel call on its own buffers (padded batch, stale scratch) gives the eager adapter's
+    answer for the real rows, bit for bit: the call the graph captures, run without a graph."""
+    why = _interpreter_missing()
+    if why:
+        pytest.skip(why)
+    case = make_case(mode, drafts=2 if mode == "verify" else 1)
+    store, template = make_store(case, [5, 130, 64, 200])
+    backend = SGLangTritonBackend()
+    session = TritonGraphSession(backend, 4, 400, template)
+    session.bs = 4
+    session.set_batch(4, None, [SEQ_LEN_FILL] * 4)
+    session.fill(capture=True)
+    session.forward()                        # the capture-time call leaves its partials in the scratch
+    prefix = [50, 129, 10]
+    cache = cache_seqlens_for(case, prefix)
+    store.write_up_to(cache)
+    q = draw_normal((3, case.s_q, case.heads, case.d_qk), torch.Generator().manual_seed(3), torch.float16)
+    session.prepare(q, torch.tensor(padded_lengths(prefix, 4), dtype=torch.int32))
+    out, lse = session.eager_same_buffers()
+    want_out, want_lse = backend.run(store.inputs(q, cache))
+    assert not want_out.isnan().any()
+    assert torch.equal(out[:3], want_out) and torch.equal(lse[:3], want_lse)
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------
