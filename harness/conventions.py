@@ -38,6 +38,13 @@ fp8 conventions:
     token's first ``d_v`` dims as the kernel reads them.  Then
     ``q'.k' = fp8(q).k8 * k_scale`` or ``q.k_model`` exactly (float64), and the
     oracle's V = first ``d_v`` dims is the value the kernel accumulates.
+
+Fixed parameters: a kernel with no argument for a parameter computes at its own
+value, declared as data in ``Capabilities`` (``fixed_softmax_scale``: a number,
+or a rule of the case's shape named in ``fixed_params.SCALE_RULES``).  The kernel is handed
+the inputs as the engine builds them (the case's value, which it cannot take);
+the view holds its value, so the oracle computes at it, and the row records the
+case as it ran (``as_run``) with the change (``fixed_by_kernel``).
 """
 
 import dataclasses
@@ -46,14 +53,22 @@ import torch
 
 from reference import descale_scalar
 
+from .fixed_params import fixed_scale
 from .inputs import Inputs
 from .pool import pages_for, token_index
 
 FP8_Q_CONVENTIONS = ("quantized_k_scale", "model_dtype", "cast_in_kernel")
 
 
+def at_fixed_parameters(inputs: Inputs, capabilities) -> Inputs:
+    """The inputs with each parameter the kernel fixes at its value (the kernel is never given it)."""
+    kernel = fixed_scale(getattr(capabilities, "fixed_softmax_scale", None), inputs.q.shape[-1])
+    return inputs if kernel is None else dataclasses.replace(inputs, softmax_scale=kernel)
+
+
 def kernel_view(inputs: Inputs, capabilities) -> Inputs:
     """The inputs as the kernel with these capabilities computes with them (see module doc)."""
+    inputs = at_fixed_parameters(inputs, capabilities)
     convention = capabilities.fp8_q
     if convention not in FP8_Q_CONVENTIONS:
         raise ValueError(f"unknown fp8_q convention '{convention}' (known: {', '.join(FP8_Q_CONVENTIONS)})")

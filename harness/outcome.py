@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from . import checks
 from .environment import mla_verify_version
+from .fixed_params import as_run, fixed_by_kernel, fixed_scale, identity
 from .phases import KERNEL, is_out_of_memory, last_frames
 from .results import case_hash
 from .status import Status
@@ -85,6 +86,7 @@ class BackendIdentity:
     def of(cls, backend, spec: str) -> "BackendIdentity":
         try:
             conventions = backend.capabilities.conventions()
+            fixed_scale(conventions.get("fixed_softmax_scale"), 576)     # a bad declaration is broken too
         except Exception:   # a plug-in with broken capabilities still gets its rows
             conventions = {}
         return cls(backend.name, spec, backend.info(), conventions)
@@ -104,7 +106,10 @@ class ResultRow:
     extra: dict = field(default_factory=dict)   # run-level facts, e.g. how ``auto`` chose
 
     def to_json(self) -> dict:
-        c = self.case
+        # the case as it ran: a parameter the kernel fixes at the kernel's value, in the definition and its hash
+        declared = self.backend.conventions.get("fixed_softmax_scale")
+        fixed = fixed_by_kernel(self.case, declared)
+        c = as_run(self.case, fixed)
         definition = c.to_dict()
         row = {
             "case_id": c.id, "suite": c.suite, "group": c.group, "seed": c.seed,
@@ -113,9 +118,10 @@ class ResultRow:
             "s_q": c.s_q, "page_size": c.page_size, "padding": c.padding, "causal": c.causal,
             "seqlen_dist": c.seqlen, "case": definition,
             # what --resume checks before it keeps this row for its case (results.why_run_again)
-            "case_hash": case_hash(definition), "mla_verify_version": mla_verify_version(),
+            "case_hash": case_hash(identity(definition, declared)), "mla_verify_version": mla_verify_version(),
             "backend": self.backend.name, "backend_spec": self.backend.spec, "backend_info": self.backend.info,
             "conventions": self.backend.conventions,
+            **({"fixed_by_kernel": fixed} if fixed else {}),     # {parameter: [the case's, the kernel's]}
             "device": self.device, "env": self.env, "rerun": self.rerun,
         }
         row.update(self.outcome.to_json())

@@ -19,7 +19,7 @@ from harness.backend_loader import load_backend
 from harness.backends import BUILTIN
 from harness.backends.base import Backend, Capabilities, Unsupported
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import DEEPSEEK_SOFTMAX_SCALE, Case, case_seed
+from harness.cases import Case, case_seed
 from harness.inputs import generate
 from harness.runner import run_case
 
@@ -89,22 +89,6 @@ def test_sglang_triton_without_interpreter_says_so(monkeypatch):
     backend = load_backend("sglang-triton")
     reason = backend.unsupported_reason(small(dtype="fp16"), "cpu")
     assert reason and ("TRITON_INTERPRET" in reason or "do not import" in reason)
-
-
-def test_flaggems_refuses_other_softmax_scales_quoting_its_signature():
-    from harness.backends.flaggems_mla import FlagGemsMLABackend
-    deepseek = small()
-    assert deepseek.softmax_scale == DEEPSEEK_SOFTMAX_SCALE
-    reason = FlagGemsMLABackend.scale_reason(deepseek)
-    assert "has no scale argument" in reason and "flash_mla(q, block_table" in reason
-    assert FlagGemsMLABackend.scale_reason(dataclasses.replace(deepseek, softmax_scale=1 / 24)) is None
-
-
-def test_smoke_suite_has_a_case_flaggems_can_take():
-    from harness.backends.flaggems_mla import FlagGemsMLABackend
-    from harness.cases import load_suite
-    cases = load_suite("smoke").cases
-    assert any(c.mode == "decode" and FlagGemsMLABackend.scale_reason(c) is None for c in cases)
 
 
 class Refuses(TorchBackend):

@@ -13,6 +13,7 @@ import torch
 
 from ..cases import DTYPES, MODES, Case
 from ..errors import Unsupported  # noqa: F401  (backends raise it from here)
+from ..fixed_params import fixed_scale
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,25 @@ class Capabilities:
     fp8_q: str = "quantized_k_scale"    # fp8 cases: q given "quantized_k_scale" (SGLang's FlashMLA path),
                                         # "model_dtype" (bf16 q, FlashInfer) or "cast_in_kernel" (SGLang Triton)
     engine: str = "mla-verify"          # whose calling convention this reproduces, e.g. "sglang:flashmla"
+    # A parameter the kernel takes no argument for: every case runs at the kernel's value and the oracle
+    # computes at it (conventions.py); None: the case's.  A number, or a rule's name ("1/sqrt(d_qk)").
+    fixed_softmax_scale: float | str | None = None
+    # The kernel's own words for a limit above, quoted in its unsupported reason: ((what, quote), ...) with
+    # what one of mode, dtype, device, page_size, heads, kv_heads, d_qk, d_v, s_q, non_causal.
+    quoted_limits: tuple = ()
+
+    def __post_init__(self):
+        fixed_scale(self.fixed_softmax_scale, 576)       # an unknown rule or a bad number fails at once
 
     def reason_unsupported(self, case: Case, device: str) -> str | None:
+        reason = self._limit_reached(case, device)
+        if reason is None:
+            return None
+        what, text = reason
+        quote = dict(self.quoted_limits).get(what)
+        return f"{text}: {quote}" if quote else text
+
+    def _limit_reached(self, case: Case, device: str) -> tuple[str, str] | None:
         checks = [
             ("mode", case.mode, self.modes), ("dtype", case.dtype, self.dtypes),
             ("device", device, self.devices), ("page_size", case.page_size, self.page_sizes),
@@ -49,18 +67,20 @@ class Capabilities:
         ]
         for what, value, allowed in checks:
             if allowed is not None and value not in allowed:
-                return f"{what} {value} not supported (supports {', '.join(map(str, allowed))})"
+                return what, f"{what} {value} not supported (supports {', '.join(map(str, allowed))})"
         if case.s_q > self.max_draft_tokens:
-            return f"{case.s_q} query tokens per request; supports at most {self.max_draft_tokens}"
+            return "s_q", f"{case.s_q} query tokens per request; supports at most {self.max_draft_tokens}"
         if not case.causal and not self.non_causal:
-            return "non-causal attention not supported"
+            return "non_causal", "non-causal attention not supported"
         return None
 
     def conventions(self) -> dict:
-        """The conventions a row records: how the kernel was called and what its outputs mean."""
+        """The conventions a row records: how the kernel was called and what its outputs mean (a fixed
+        parameter only where the kernel has one, so other backends' rows keep their keys)."""
+        fixed = {} if self.fixed_softmax_scale is None else {"fixed_softmax_scale": self.fixed_softmax_scale}
         return {"engine": self.engine, "index_format": self.index_format, "fp8_q": self.fp8_q,
                 "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse, "has_lse": self.has_lse,
-                "out_dtype": self.out_dtype, "lse_dtype": self.lse_dtype}
+                "out_dtype": self.out_dtype, "lse_dtype": self.lse_dtype, **fixed}
 
     def describe(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

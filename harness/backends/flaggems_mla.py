@@ -5,10 +5,13 @@
                     b, s_q, cache_seqlens, h_q, h_kv, d, dv, causal)
 
 It takes FlashMLA-style inputs (page table, ``(pages, page_size, 1, 576)`` cache)
-but has no softmax-scale argument: it fixes ``sm_scale = 1 / sqrt(d)``.  It has
-no LSE and no fp8, asserts ``causal``, and launches one program per request and
-head block, so only ``s_q = 1`` is meaningful.  Importing it needs a CUDA device
-(and SQLAlchemy).
+but has no softmax-scale argument: it computes ``sm_scale = 1 / math.sqrt(d)``
+with ``d`` from ``q.shape`` (flag_gems/fused/flash_mla.py, 5.0.2).  That is
+declared as data (``fixed_softmax_scale``): every case runs, at that scale, and
+the oracle computes at it (harness/conventions.py).  It has no LSE, no descale
+arguments (so no fp8), asserts ``causal``, and launches one program per request
+and head block, so only ``s_q = 1`` is computed; those stay ``unsupported``,
+quoting its source.  Importing it needs a CUDA device (and SQLAlchemy).
 """
 
 import math
@@ -30,6 +33,15 @@ class FlagGemsMLABackend(LazyKernel, Backend):
         kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=1, non_causal=False,
         lse_base="e", empty_row_lse=-math.inf, has_lse=False,
         index_format="page_table", fp8_q="quantized_k_scale", engine="flaggems:flash_mla",
+        fixed_softmax_scale="1/sqrt(d_qk)",          # its source: sm_scale = 1 / math.sqrt(d), d = q.shape[-1]
+        quoted_limits=(
+            ("mode", "its grid is (triton.cdiv(head_num, BLOCK_H), batch_size): one program per request reads "
+                     "one query row, so a verify's draft tokens are not computed"),
+            ("s_q", "its grid is (triton.cdiv(head_num, BLOCK_H), batch_size): one program per request reads one "
+                    "query row"),
+            ("dtype", f"{SIGNATURE} has no descale (k_scale) argument, so an fp8 cache cannot be read"),
+            ("non_causal", 'it asserts causal ("causal False not supported")'),
+        ),
     )
 
     def unsupported_reason(self, case, device):
@@ -38,20 +50,11 @@ class FlagGemsMLABackend(LazyKernel, Backend):
                 "" if torch.cuda.is_available() else " (none here)")
         if self.import_error():
             return f"flag_gems does not import here: {self.import_error()}"
-        return self.scale_reason(case) or super().unsupported_reason(case, device)
-
-    @staticmethod
-    def scale_reason(case) -> str | None:
-        """The kernel has no softmax-scale argument: any other scale than its fixed one is out."""
-        fixed = 1 / math.sqrt(case.d_qk)
-        if math.isclose(case.softmax_scale, fixed, rel_tol=1e-12):
-            return None
-        return (f"softmax_scale {case.softmax_scale:.6g}: FlagGems' {SIGNATURE} has no scale argument "
-                f"and fixes 1/sqrt(d) = {fixed:.6g}")
+        return super().unsupported_reason(case, device)
 
     def info(self):
         return {"package": "flag-gems", "version": dist_version("flag-gems"), "api": SIGNATURE,
-                "softmax_scale": "fixed 1/sqrt(d)", "lse": None}
+                "softmax_scale": "fixed 1/sqrt(d_qk)", "lse": None}
 
     def run(self, inputs):
         flash_mla = self._load()["flag_gems.fused"].flash_mla

@@ -9,6 +9,7 @@ of error over bound; the worst elements with their indices and values.
 import math
 
 from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
+from ..fixed_params import describe_fixed
 from ..status import Status
 from . import svg
 from .baseline import GROWTH_MARKS, describe_growth
@@ -106,6 +107,9 @@ def render(i: int, row: dict, frame_row) -> str:
            f'{esc(row["case_id"])}{badge} <a class="top" href="#cases">back to the table</a></h3>',
            f'<p class="sub">{esc(row.get("backend"))} · {esc(row.get("mode"))} · {esc(row.get("dtype"))} · '
            f'{esc(shape)} · seed {esc(row.get("seed"))}</p>']
+    # a parameter the kernel fixes: the case ran, and the oracle computed, at the kernel's value
+    out += [f'<p class="sub">{esc(line)}; the oracle computed at it too</p>'
+            for line in describe_fixed(row.get("fixed_by_kernel"))]
     if mark and frame_row.get("base_status"):
         grew = describe_growth(frame_row.get("growth")) if mark in GROWTH_MARKS else ""
         out.append(f'<p class="sub">baseline: {esc(frame_row["base_status"])}'

@@ -87,7 +87,9 @@ def _cell(rec, dev) -> str:
     x = f'<small class="{"xdis" if d is not None and d > 1 else ""}">vs kernels {ratio(d)}</small>' \
         if d is not None else ""
     err = f"<small>oracle {ratio(w)}</small>" if not math.isnan(w) else ""
-    return f'<td class="c"><span class="st s-{esc(rec["status"])}">{esc(rec["status"])}</span>{err}{x}'
+    # a kernel that fixes a parameter ran the case at its own value: not set against the other kernels
+    fixed = f"<small>{esc(rec['fixed'])}</small>" if rec.get("fixed") else ""
+    return f'<td class="c"><span class="st s-{esc(rec["status"])}">{esc(rec["status"])}</span>{err}{x}{fixed}'
 
 
 def section(data) -> str:
@@ -95,7 +97,7 @@ def section(data) -> str:
     backends = list(dict.fromkeys(df["backend"])) if len(df) else []
     if len(backends) < 2:
         return ""
-    cols = ["i", "case_id", "backend", "status", "worst", "dtype"]
+    cols = ["i", "case_id", "backend", "status", "worst", "dtype", "fixed"]
     by_case: dict[str, dict] = {}
     for rec in df[cols].to_dict("records"):
         by_case.setdefault(rec["case_id"], {})[rec["backend"]] = rec

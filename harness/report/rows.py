@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..checks import TENSOR_NAMES, float_or_nan, over_bound
 from ..errors import InputError
+from ..fixed_params import describe_fixed
 from ..results import read_rows, row_problem
 
 
@@ -47,6 +48,7 @@ def lean(row: dict) -> dict:
         "reason": row.get("reason") or "", "rerun": row.get("rerun") or "",
         "wall_s": float_or_nan(row.get("wall_s")), "kernel_ms": float_or_nan(row.get("kernel_ms")),
         "has_diag": bool(row.get("diagnostics")), "cannot_hold": bool(row.get("cannot_hold")),
+        "fixed": "; ".join(describe_fixed(row.get("fixed_by_kernel"))),     # parameters the kernel fixes
         # when the case started and ended (Unix seconds), where the row records it
         "started_at": float_or_nan(row.get("started_at")), "finished_at": float_or_nan(row.get("finished_at")),
     }
@@ -60,10 +62,12 @@ def lean(row: dict) -> dict:
 
 
 def sample(row: dict):
-    """The row's out sample as (positions key, values), compact: only pass/fail rows have one worth keeping."""
+    """The row's out sample as (positions key, values), compact: only pass/fail rows have one worth keeping,
+    and only those that ran the case as written (one at a scale the kernel fixes computes something else)."""
     metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
     s = metrics.get("out_sample")
-    if row.get("status") not in ("pass", "fail") or not isinstance(s, dict) or not s.get("values"):
+    if row.get("status") not in ("pass", "fail") or not isinstance(s, dict) or not s.get("values") \
+            or row.get("fixed_by_kernel"):
         return None
     try:
         values = array("d", s["values"])                 # all numbers: the common case, in C

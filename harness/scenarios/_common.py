@@ -12,7 +12,7 @@ from reference import descale_scalar
 from .. import diagnostics, oracle
 from ..checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
 from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
-from ..conventions import kernel_view
+from ..conventions import at_fixed_parameters, kernel_view
 from ..errors import RejectedOutput
 from ..inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
 from ..integrity import Witness, changed_flags
@@ -177,12 +177,12 @@ def run_oracles(answers: list[Answer]):
 
 def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
     """The oracle calls an answer still needs, by the field each fills: the inputs as the kernel
-    computes with them, and for fp8 also the unquantised ones."""
+    computes with them, and for fp8 also the unquantised ones (at the parameters the kernel fixes too)."""
     calls = []
     if a.expected is None:
         calls.append(("expected", kernel_view(a.inputs, a.backend.capabilities)))
     if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
-        calls.append(("end_to_end", oracle.model_precision(a.inputs)))
+        calls.append(("end_to_end", oracle.model_precision(at_fixed_parameters(a.inputs, a.backend.capabilities))))
     return calls
 
 
