@@ -12,14 +12,11 @@ Guard regions: the KV pools and the output buffer the harness hands a kernel (``
 inside a larger allocation (``guarded``), with ``GUARD_BYTES`` of poison on each side, so a write just
 before or past the end of either lands in memory the witness watches.
 
-A fingerprint is a copy of a small storage, or, of a large one, eight 32-bit weighted sums per
-``HASH_BLOCK_BYTES`` block (3% of its size): the storage's bytes, read as int8, times a fixed int8 matrix
-of ``HASH_BLOCK_BYTES`` x 8 nonzero weights, one integer matrix product (``torch._int_mm``) that reads
-each byte once.  A changed byte always changes its block's sums (a nonzero change times a nonzero
-weight, and no sum can overflow: 1024 x 128 x 128 < 2^31); two changed bytes cancel only if their
-weight rows are proportional, and no two are (``_weights`` checks).  Both are computed on the device
-without waiting for it; the one read to the host is the "changed" flag, read once the comparison has
-waited for the device anyway.
+A fingerprint is a copy of a small storage, or, of a large one, one 64-bit weighted sum per
+``HASH_ROW_BYTES`` block (3% of its size; a change of one word always changes its block's sum, since
+each word's weight is odd), one pass over the storage on CUDA (``block_hash``).  Both are computed on
+the device without waiting for it; the one read to the host is the "changed" flag, read once the
+comparison has waited for the device anyway.
 """
 
 import math
@@ -29,11 +26,12 @@ import torch
 
 from reference import as_bits
 
+from .block_hash import block_sums
+
 GUARD_BYTES = 4096                  # each side; a multiple of every element size and of 512 (alignment)
 COPY_MAX_BYTES = 1 << 20            # a storage up to this size is fingerprinted by a copy (exact index)
-HASH_BLOCK_BYTES = 1024             # larger ones: HASH_SUMS weighted sums per block of this many bytes
-HASH_SUMS = 8                       # int32 sums per block (``_int_mm`` needs a multiple of 8 columns)
-_WORDS_PER_BLOCK = HASH_SUMS * 4 // 8       # the sums of one block, as int64 words of the fingerprint
+HASH_ROW_BYTES = 256                # larger ones: one weighted sum per block of this many bytes
+_WORDS = HASH_ROW_BYTES // 8
 GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guarded``
 
 
@@ -56,25 +54,13 @@ _WEIGHTS = {}
 
 
 def _weights(device) -> torch.Tensor:
-    """The fixed ``HASH_BLOCK_BYTES`` x ``HASH_SUMS`` int8 weights: every one nonzero, no two rows
-    proportional (so neither one changed byte nor two can leave a block's sums as they were)."""
+    """``_WORDS`` fixed odd 64-bit weights, one per word of a block (odd: a changed word changes the sum)."""
     key = str(device)
     if key not in _WEIGHTS:
         gen = torch.Generator().manual_seed(0x5EED)
-        w = torch.randint(1, 128, (HASH_BLOCK_BYTES, HASH_SUMS), generator=gen, dtype=torch.int64)
-        w *= torch.randint(0, 2, w.shape, generator=gen, dtype=torch.int64) * 2 - 1
-        assert not _proportional_rows(w), "hash weights: two proportional rows"
-        _WEIGHTS[key] = w.to(torch.int8).to(device)
+        w = torch.randint(-(2 ** 62), 2 ** 62, (_WORDS,), generator=gen, dtype=torch.int64) * 2 + 1
+        _WEIGHTS[key] = w.to(device)
     return _WEIGHTS[key]
-
-
-def _proportional_rows(w: torch.Tensor) -> bool:
-    """Whether two rows of the integer matrix ``w`` are proportional: every 2x2 minor of the pair is 0."""
-    first = w[:, :1]                   # rows i, j proportional iff w[i,0]*w[j,k] == w[j,0]*w[i,k] for all k
-    cross = first[:, None, :] * w[None, :, :] - w[:, None, :] * first[None, :, :]
-    same = (cross == 0).all(dim=2)
-    same.fill_diagonal_(False)
-    return bool(same.any())
 
 
 @dataclass
@@ -185,34 +171,25 @@ class Witness:
 
 
 def _hash_length(nbytes: int) -> int:
-    """A large storage's fingerprint length in int64 words: the sums of its whole blocks, then one word
-    per tail byte."""
-    return nbytes // HASH_BLOCK_BYTES * _WORDS_PER_BLOCK + nbytes % HASH_BLOCK_BYTES
-
-
-def fingerprint_bytes(nbytes: int) -> int:
-    """The bytes one fingerprint of a large storage of ``nbytes`` takes (for the memory estimate)."""
-    return _hash_length(nbytes) * 8
+    """A large storage's fingerprint length: one sum per whole block, then one word per tail byte."""
+    return nbytes // HASH_ROW_BYTES + nbytes % HASH_ROW_BYTES
 
 
 def _hash_into(data: torch.Tensor, out: torch.Tensor):
-    """A large storage's fingerprint into ``out``: each whole block's weighted sums, one integer matrix
-    product over the bytes read as int8, then its tail bytes as they are."""
-    blocks = data.numel() // HASH_BLOCK_BYTES
-    rows = data[:blocks * HASH_BLOCK_BYTES].view(torch.int8).view(blocks, HASH_BLOCK_BYTES)
-    sums = out[:blocks * _WORDS_PER_BLOCK].view(torch.int32).view(blocks, HASH_SUMS)
-    torch._int_mm(rows, _weights(data.device), out=sums)
-    if blocks * _WORDS_PER_BLOCK < out.numel():
-        out[blocks * _WORDS_PER_BLOCK:].copy_(data[blocks * HASH_BLOCK_BYTES:])
+    """A large storage's fingerprint into ``out``: per-block weighted sums, then its tail bytes as they are."""
+    blocks = data.numel() // HASH_ROW_BYTES
+    block_sums(data[:blocks * HASH_ROW_BYTES].view(torch.int64).view(-1, _WORDS), _weights(data.device),
+               out[:blocks])
+    if blocks < out.numel():
+        out[blocks:].copy_(data[blocks * HASH_ROW_BYTES:])
 
 
 def _first_hashed_change(r: _Region, before: torch.Tensor, after: torch.Tensor) -> str:
     first = int((before != after).nonzero()[0, 0])
-    summed = r.data.numel() // HASH_BLOCK_BYTES * _WORDS_PER_BLOCK
-    if first >= summed:                                    # in the tail, kept byte for byte
-        return r.place(r.data.numel() // HASH_BLOCK_BYTES * HASH_BLOCK_BYTES + first - summed)
-    return r.place(first // _WORDS_PER_BLOCK * HASH_BLOCK_BYTES,
-                   f" (in the {HASH_BLOCK_BYTES}-byte block that starts there)")
+    blocks = r.data.numel() // HASH_ROW_BYTES
+    if first >= blocks:                                    # in the tail, kept byte for byte
+        return r.place(blocks * HASH_ROW_BYTES + first - blocks)
+    return r.place(first * HASH_ROW_BYTES, f" (in the {HASH_ROW_BYTES}-byte block that starts there)")
 
 
 def changed_flags(witnesses: list[Witness]) -> list[bool]:

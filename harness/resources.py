@@ -18,7 +18,7 @@ import torch
 from .cases import Case
 from .conventions import view_width
 from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
-from .integrity import fingerprint_bytes
+from .integrity import HASH_ROW_BYTES
 from .pool import pages_for
 
 GiB = 1 << 30
@@ -72,8 +72,8 @@ def _estimate(case: Case, widened: int = 0) -> dict[str, int]:
     # outputs: kernel's, the oracle's float64 (twice for fp8), the comparison's temporaries
     outputs = b * s_q * h_q * case.d_v * 8 * (4 if fp8 else 3)
     parts["checking"] = oracle + kernel + outputs
-    # the input witness (integrity.py) holds two fingerprints a call: 3% of a pool, q whole
-    parts["witness"] = 2 * (fingerprint_bytes(parts["pools"]) + b * s_q * h_q * d * model)
+    # the input witness (integrity.py) holds two fingerprints a call: 8 bytes per 256 of a pool, q whole
+    parts["witness"] = 2 * (parts["pools"] // HASH_ROW_BYTES * 8 + b * s_q * h_q * d * model)
     parts["total"] = (parts["pools"] + parts["layout"] + parts["view"] + parts["witness"]
                       + max(parts["inputs"], parts["checking"]))
     # in a chunk, a case's pools, layout, view and outputs wait for the chunk's comparison; the rest is

@@ -1,0 +1,57 @@
+"""Block sums for the input witness: one 64-bit weighted sum per row of int64 words.
+
+``block_sums(rows, weights, out)`` sets ``out[i] = sum_j rows[i, j] * weights[j]`` in wrapping int64
+arithmetic.  On CUDA it is one Triton kernel that reads each byte once and writes only the sums; in
+PyTorch the product is a temporary the size of the storage, written and read again (three passes, two
+launches), and the witness runs it twice per call on every pool.  Wrapping arithmetic makes the order
+of the additions irrelevant, so both give the same bits (``tests/test_integrity.py`` checks it); where
+Triton does not import or there is no CUDA device, the PyTorch form runs.
+"""
+
+import functools
+
+import torch
+
+ROWS_PER_PROGRAM = 64             # rows (blocks) one Triton program sums
+SLICE_ROWS = 1 << 18              # the PyTorch form's rows per launch: bounds its temporary to 64 MiB
+
+
+def block_sums(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
+    """``out[i] = sum_j rows[i, j] * weights[j]`` (int64, wrapping); ``rows`` contiguous ``(n, words)``."""
+    kernel = _triton_kernel() if rows.is_cuda else None
+    if kernel is None:
+        return block_sums_torch(rows, weights, out)
+    n, words = rows.shape
+    if n:
+        kernel[(triton_cdiv(n, ROWS_PER_PROGRAM),)](rows, weights, out, n, WORDS=words, ROWS=ROWS_PER_PROGRAM)
+
+
+def block_sums_torch(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
+    for k in range(0, rows.shape[0], SLICE_ROWS):
+        torch.sum(rows[k:k + SLICE_ROWS] * weights, dim=1, out=out[k:k + SLICE_ROWS])
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.cache
+def _triton_kernel():
+    """The Triton kernel, defined on first use (so importing this module never imports Triton), or None
+    where Triton does not import."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:        # no Triton, or one that does not load here: the PyTorch form is used
+        return None
+
+    @triton.jit
+    def sums(rows_ptr, weights_ptr, out_ptr, n, WORDS: tl.constexpr, ROWS: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)    # int64: pools pass 2^31 words
+        inside = row < n
+        word = tl.arange(0, WORDS)
+        values = tl.load(rows_ptr + row[:, None] * WORDS + word[None, :], mask=inside[:, None], other=0)
+        weight = tl.load(weights_ptr + word)
+        tl.store(out_ptr + row, tl.sum(values * weight[None, :], axis=1), mask=inside)
+
+    return sums
