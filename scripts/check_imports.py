@@ -28,7 +28,7 @@ LAYERS = [
     ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",
      "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs",
      "harness.sparse_oracle"],
-    ["harness.cases", "harness.pool", "harness.sparse_cache", "harness.integrity", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
+    ["harness.cases", "harness.pool", "harness.sparse_cache", "harness.integrity", "harness.block_hash", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
      "harness.status", "harness.phases", "harness.fixed_params", "harness.results", "harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],
