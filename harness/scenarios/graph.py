@@ -154,15 +154,7 @@ def _steps(case, backend, store, session, prefix0, first_cache, gen, dgen):
         inputs = store.inputs(q_model, cache[:bs])
         eager = launch(backend, inputs)              # the engine's eager call on the real batch
         kernel_ms += float(eager.kernel_ms)
-        if bool(eager.witness.changed):
-            failures.append(INPUTS_UNCHANGED)
-            messages.append(f"{case.id}: step {step}: the eager call changed its inputs: {eager.witness.describe()}")
-        engine_bitwise &= bitwise_equal(out_g, eager.out) and bitwise_equal(lse_g, eager.lse)
-        dev_check = check_tensor("out", out_g, eager.out.double(), tol.out)
-        worst["graph_vs_engine_eager_out"] = max(worst["graph_vs_engine_eager_out"], dev_check.max_abs_err)
-        if not dev_check.passed:
-            failures.append(GRAPH_VS_ENGINE_EAGER)
-            messages.append(f"{case.id}: step {step}: replay vs the engine's eager call: {describe(dev_check)}")
+        engine_bitwise &= _vs_engine_eager(case, step, eager, out_g, lse_g, tol, worst, failures, messages)
         last_checks = _judge_step(case, backend, inputs, out_g, lse_g, tol, step, worst, failures, messages)
     return Outcome.judged(
         sorted(set(failures)), messages=messages[:20],
@@ -173,6 +165,19 @@ def _steps(case, backend, store, session, prefix0, first_cache, gen, dgen):
                            "engine_eager_bitwise_equal": engine_bitwise,
                            "eager_nondeterministic_steps": nondeterministic, **worst}},
         details={"seq_lens": prefix0, "cache_seqlens": first_cache}, kernel_ms=kernel_ms)
+
+
+def _vs_engine_eager(case, step, eager, out_g, lse_g, tol, worst, failures, messages) -> bool:
+    """The engine's eager call left its inputs alone and agrees with the replay; True if bit for bit."""
+    if bool(eager.witness.changed):
+        failures.append(INPUTS_UNCHANGED)
+        messages.append(f"{case.id}: step {step}: the eager call changed its inputs: {eager.witness.describe()}")
+    dev_check = check_tensor("out", out_g, eager.out.double(), tol.out)
+    worst["graph_vs_engine_eager_out"] = max(worst["graph_vs_engine_eager_out"], dev_check.max_abs_err)
+    if not dev_check.passed:
+        failures.append(GRAPH_VS_ENGINE_EAGER)
+        messages.append(f"{case.id}: step {step}: replay vs the engine's eager call: {describe(dev_check)}")
+    return bitwise_equal(out_g, eager.out) and bitwise_equal(lse_g, eager.lse)
 
 
 def _judge_step(case, backend, inputs, out_g, lse_g, tol, step, worst, failures, messages):
