@@ -150,3 +150,30 @@ def test_bad_sparse_fields_are_one_line(fields, words):
     base = dict(id="sparse/t/0", seed=1, scenario="sparse", topk=64)
     with pytest.raises(InputError, match=words):
         validate_case(Case(**{**base, **fields}), "here")
+
+
+# ---- on the H200 (skipped here) -------------------------------------------------------------------
+
+def _flashmla_sparse_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (none here)")
+    backend = FlashMLASparseBackend()
+    if backend.m is None:
+        pytest.skip(f"needs the flash_mla package (sgl-flash-mla): {backend.import_error}")
+    return backend
+
+
+@pytest.mark.parametrize("group", ["corners", "sinks", "decode-heads", "verify-flattened", "decode-topk2048"])
+def test_flashmla_sparse_matches_the_oracle_on_the_h200(group):
+    backend = _flashmla_sparse_or_skip()
+    for case in (c for c in load_suite("sparse").cases if c.group == group):
+        outcome = run(case, backend, "cuda")
+        assert outcome.status is Status.PASS, (case.id, outcome.reason, outcome.messages[:2])
+
+
+def test_torch_sparse_matches_the_oracle_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (none here)")
+    for case in load_suite("sparse").cases[:12]:
+        outcome = run(case, TorchBackend(), "cuda")
+        assert outcome.status is Status.PASS, (case.id, outcome.messages[:2])
