@@ -432,6 +432,8 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                     for w in [w for w in pool if w.place is s and w.idle()]:
                         w.retire()
                         pool.remove(w)
+            if len(sets) > 1:
+                pool += [run.start(s) for s in placement.uncovered(run.todo, sets, pool)]
             if not pool:
                 break
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], timeout=0.5)
@@ -551,5 +553,8 @@ class _Run:
         if case is None and len(others) == 1:       # died comparing a chunk of one: that case
             case, others, reason = others[0], [], f"{reason} while comparing"
         if case is not None:
-            rows(self.crash_row(case, status, reason))
+            row = self.crash_row(case, status, reason)
+            if w.place.placement is not None and isinstance(row.get("env"), dict) and row["env"].get("gpu"):
+                row["env"] = {**row["env"], "gpu": w.place.placement["name"]}    # built here, not on its GPU
+            rows(row)
         self.requeue(others, chunk)

@@ -93,6 +93,17 @@ def refill(place: WorkerSet, sets, pool) -> WorkerSet | None:
     return min(left, key=lambda s: sum(w.place is s for w in pool))
 
 
+def uncovered(todo, sets, pool) -> list[WorkerSet]:
+    """Sets to start a worker on, so that every chunk waiting has a worker that may take it: after
+    deaths, the only workers left may be on the GPU a rerun must avoid.  At most one set."""
+    runners = {w.place for w in pool if w.place.lost is None}
+    for chunk in todo:
+        if not any(may_run(chunk, s, sets) for s in runners):
+            able = [s for s in live(sets) if may_run(chunk, s, sets)]
+            return [min(able, key=lambda s: sum(w.place is s for w in pool))] if able else []
+    return []
+
+
 def deliver(on_row, place: WorkerSet | None, chunk):
     """``on_row`` for the rows of ``chunk`` run on ``place``: each row says which GPU ran it, and a
     rerun why it ran again."""

@@ -124,6 +124,20 @@ def test_a_rerun_avoids_the_gpu_it_died_on_unless_no_other_is_left():
     assert not placement.moves_elsewhere(["case"], a, sets)
 
 
+def test_a_rerun_with_no_worker_that_may_take_it_gets_one():
+    """After deaths the only workers left may be on the GPU a rerun must avoid: one starts elsewhere."""
+    a, b, c = (placement.WorkerSet(str(i), {"gpu": i}) for i in range(3))
+    sets = [a, b, c]
+    rerun = placement.move(["x"], a, "worker killed by signal SIGKILL")[0]
+    assert placement.uncovered([["y"]], sets, [FakeWorker(a)]) == []
+    assert placement.uncovered([["y"], rerun], sets, [FakeWorker(a), FakeWorker(a), FakeWorker(c)]) == []
+    assert placement.uncovered([["y"], rerun], sets, [FakeWorker(a), FakeWorker(b)]) == []
+    assert placement.uncovered([rerun], sets, [FakeWorker(a), FakeWorker(b, chunk=["z"])]) == []
+    assert placement.uncovered([rerun], sets, [FakeWorker(a)]) == [b]        # b and c have none: the first
+    c.lost = b.lost = "gone"
+    assert placement.uncovered([rerun], sets, [FakeWorker(a)]) == []         # a is all there is: it may
+
+
 def test_a_gpu_is_out_of_the_run_after_deaths_in_a_row(capsys):
     a, b = placement.WorkerSet("0", {"gpu": 0}), placement.WorkerSet("1", {"gpu": 1})
     placement.move(["c"], a, "x")
