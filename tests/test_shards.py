@@ -1,5 +1,6 @@
 """``run --shard K/N`` and merging shards with ``report`` (issue 30)."""
 
+import functools
 import json
 import random
 from dataclasses import dataclass
@@ -42,15 +43,22 @@ def test_every_case_is_in_exactly_one_shard_and_the_loads_are_balanced(cases, n,
     assert again == {c.id: s for c, s in zip(cases, shards.deal(cases, n, weight))}
 
 
-@pytest.mark.parametrize("suite", ["smoke", "edge", "scale"])
-@pytest.mark.parametrize("n", [1, 3, 7])
-def test_real_suites_split_whole_and_balanced_by_size_not_count(suite, n):
-    cases = load_suite(suite).cases
+SUITES = ["smoke", "decode", "verify", "fp8", "edge", "graph", "scale", "models", "flashmla-upstream"]
+
+
+@given(st.lists(st.sampled_from(SUITES), min_size=1, max_size=3, unique=True), st.integers(1, 9))
+def test_real_suites_split_whole_and_balanced_by_size_not_count(names, n):
+    cases = [c for name in names for c in _suite(name)]
     parts = [shards.take(cases, k, n) for k in range(1, n + 1)]
     ids = [c.id for part in parts for c in part]
     assert sorted(ids) == sorted(c.id for c in cases) and len(set(ids)) == len(ids)
     loads = [sum(map(shards.work, part)) for part in parts]
     assert max(loads) - min(loads) <= max(map(shards.work, cases))
+
+
+@functools.cache
+def _suite(name):
+    return load_suite(name).cases
 
 
 def test_a_count_split_would_be_unbalanced_where_sizes_differ():
