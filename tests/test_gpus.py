@@ -41,8 +41,8 @@ def test_gpus_flag_selects_by_index_and_refuses_what_is_not_there():
     found = gpus.parse_smi_list(SMI)
     assert gpus.select("all", found) == found and gpus.select(None, found) == found
     assert [g.index for g in gpus.select("2,0", found)] == [2, 0]
-    for spec, message in (("0,x", "expected 'all' or GPU indices"), ("5", "there is no GPU 5 here (GPUs found: 0, 1, 2)"),
-                          ("1,1", "GPU 1 is named twice"), ("-1", "expected 'all'")):
+    for spec, message in (("0,x", "expected 'all' or GPU indices"), ("1,1", "GPU 1 is named twice"),
+                          ("5", "there is no GPU 5 here (GPUs found: 0, 1, 2)"), ("-1", "expected 'all'")):
         with pytest.raises(InputError, match=re.escape(f"--gpus {spec}: {message}")):
             gpus.select(spec, found)
 
