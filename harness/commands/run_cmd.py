@@ -141,7 +141,7 @@ def main(args) -> int:
         # the run.  Free memory is measured first, so it never depends on how far they got: by the cli
         # before the spares started, where NVML can say (gpu_memory), else here, before they are told
         at_start = getattr(args, "memory_at_start", None) if device == "cuda" else None
-        per_gpu = _per_gpu_memory(args, sets) if device == "cuda" and len(sets) > 1 else None
+        per_gpu = _per_gpu_memory(args, sets) if device == "cuda" and sets[0].pin is not None else None
         if per_gpu is not None:
             memory, measuring_s = per_gpu
         elif at_start is not None:
@@ -161,7 +161,7 @@ def main(args) -> int:
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
-            if memory is None and device == "cuda" and len(sets) > 1:
+            if memory is None and device == "cuda" and sets[0].pin is not None:
                 isolation.stop_spares()          # the last backend's workers gone, each GPU measured again
                 measured = _per_gpu_memory(args, sets)
                 memory = measured[0] if measured else None
@@ -196,7 +196,7 @@ def worker_sets(args, device: str) -> list:
         args.workers = isolation.default_workers(device, len(set_plan))
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
-    if args.workers == 0 and len(set_plan) > 1:
+    if args.workers == 0 and set_plan[0][0] is not None:     # pinned: only a worker can be
         note, set_plan = "--workers 0: the run stays in this process, on its default GPU; --gpus is not used", \
             [(None, None)]
     if note:
