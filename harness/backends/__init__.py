@@ -21,6 +21,13 @@ def _flashmla_sparse():
     return FlashMLASparseBackend()
 
 
+def _sparse_prefill(kind):
+    def make():
+        from .sparse_prefill import FlagGemsSparseBackend, FlashMLASparsePrefillBackend
+        return {"flashmla": FlashMLASparsePrefillBackend, "flaggems": FlagGemsSparseBackend}[kind]()
+    return make
+
+
 def _flashinfer(kind):
     def make():
         from .flashinfer_mla import FlashInferMLABackend
@@ -48,6 +55,8 @@ def _flaggems():
 KERNELS = {
     "flashmla": _flashmla,
     "flashmla-sparse": _flashmla_sparse,
+    "flashmla-sparse-prefill": _sparse_prefill("flashmla"),
+    "flaggems-sparse": _sparse_prefill("flaggems"),
     "flashinfer-fa3": _flashinfer("fa3"),
     "flashinfer-fa2": _flashinfer("fa2"),
     "sglang-triton": _sglang_triton,

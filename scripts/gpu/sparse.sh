@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 27 on the H200: the sparse suite on every sparse backend (torch's float32 gather on CUDA, FlashMLA's
-# sparse decode as SGLang calls it), side by side in one results file and report, then the sparse tests.
-# Assumes sgl-flash-mla is installed under .site/ (scripts/gpu/setup_site.sh).  No network.
+# sparse decode as SGLang calls it, and the second opinions FlashMLA sparse prefill and FlagGems'
+# flash_mla_sparse_fwd over the bf16-dequantized pool), side by side in one results file and report, then
+# the sparse tests.  Assumes sgl-flash-mla and flag-gems are installed under .site/ (scripts/gpu/setup_site.sh).
+# No network.  A backend that does not import gives unsupported rows that say why.
 #   OUT=/some/dir bash scripts/gpu/sparse.sh        # OUT defaults to reports/sparse
 set -u
 cd "$(dirname "$0")/../.."
@@ -12,12 +14,14 @@ mkdir -p "$OUT"
 log="$OUT/sparse.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$log"
 $PY -c "import torch, importlib.metadata as md; print('torch', torch.__version__, 'sgl-flash-mla', md.version('sgl-flash-mla'))" 2>&1 | tee -a "$log"
-$PY -m harness.cli list --backend flashmla-sparse 2>&1 | tail -1 | tee -a "$log"
+for b in flashmla-sparse flashmla-sparse-prefill flaggems-sparse; do
+  echo "$b: $($PY -m harness.cli list --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')" | tee -a "$log"
+done
 
 results="$OUT/sparse.jsonl"
 rm -f "$results"
-timeout 900 $PY -m harness.cli run --suite sparse --backend torch,flashmla-sparse --device cuda \
-  --out "$results" --no-progress 2>&1 | tee -a "$log"
+timeout 900 $PY -m harness.cli run --suite sparse --device cuda --out "$results" --no-progress \
+  --backend torch,flashmla-sparse,flashmla-sparse-prefill,flaggems-sparse 2>&1 | tee -a "$log"
 echo "run exit: ${PIPESTATUS[0]}" | tee -a "$log"
 $PY -m harness.cli report "$results" -o "$OUT/sparse.html" 2>&1 | tail -2 | tee -a "$log"
 
@@ -40,5 +44,5 @@ for b in sorted({r["backend"] for r in rows}):
 PY
 
 $PY -m pytest -q -p no:cacheprovider -rs tests/test_sparse_reference.py tests/test_sparse_cache.py \
-  tests/test_sparse_scenario.py tests/test_sparse_mutants.py 2>&1 | tee "$OUT/sparse-tests.log" | tail -15
+  tests/test_sparse_scenario.py tests/test_sparse_backends.py tests/test_sparse_mutants.py 2>&1 | tee "$OUT/sparse-tests.log" | tail -15
 echo "sparse tests exit: ${PIPESTATUS[0]}" | tee -a "$log"
