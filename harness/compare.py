@@ -10,6 +10,7 @@ names where it broke and by how much.
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -164,7 +165,7 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
     same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
-    summed = torch.empty(6, rows, width, dtype=torch.float64, device=device)   # summed per pair: see _fill
+    summed = torch.empty(6, rows, width, dtype=torch.float64, device=device)   # summed per pair: _Statistics
     maxed = torch.empty(4, rows, width, dtype=torch.float64, device=device)    # maximised per pair
     af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
     torch.where(finite, a, zero, out=af)
@@ -205,20 +206,44 @@ def _stacked(tensors: list[torch.Tensor], rows: int, width: int) -> torch.Tensor
     return torch.cat(parts).view(rows, width).double()
 
 
+class _Statistics(NamedTuple):
+    """One pair's row of ``_statistics``, column by column (the order ``_statistics`` stacks them in)."""
+
+    sum_aa: float                   # summed over the finite positions: a.a, e.e, a.e, (a-e).(a-e)
+    sum_ee: float
+    sum_ae: float
+    sum_dd: float
+    nonfinite_mismatches: float     # counts: NaN/inf positions that differ, elements over the bound
+    violations: float
+    worst_ratio: float              # maxima: |err| / bound, |err|, |err| / |e|, the mismatch flag
+    max_abs_err: float
+    max_rel_err: float
+    any_mismatch: float
+    worst_at: float                 # where each maximum first occurs (flat index)
+    max_abs_at: float
+    max_rel_at: float
+    first_mismatch_at: float
+    worst_actual: float             # a and e at the worst element and at the first NaN/inf mismatch
+    mismatch_actual: float
+    worst_expected: float
+    mismatch_expected: float
+
+
 def _fill(res: TensorCheck, row: list, bound: Bound):
     """A pair's checks from its row of statistics (see ``_statistics``)."""
-    (aa, ee, ae, dd, n_mismatch, violations, res.worst_ratio, res.max_abs_err, res.max_rel_err, _,
-     flat, _, _, first_mismatch, res.worst_actual, mismatch_actual, res.worst_expected, mismatch_expected) = row
-    res.nonfinite_mismatches, res.violations = int(n_mismatch), int(violations)
-    res.worst_index = _unravel(int(flat), res.shape)
+    s = _Statistics(*row)
+    res.worst_ratio, res.max_abs_err, res.max_rel_err = s.worst_ratio, s.max_abs_err, s.max_rel_err
+    res.worst_actual, res.worst_expected = s.worst_actual, s.worst_expected
+    res.nonfinite_mismatches, res.violations = int(s.nonfinite_mismatches), int(s.violations)
+    res.worst_index = _unravel(int(s.worst_at), res.shape)
     if res.nonfinite_mismatches:
         res.failures.append(Kind.NONFINITE.value)
-        res.first_nonfinite_mismatch = _unravel(int(first_mismatch), res.shape)
-        res.first_nonfinite_actual, res.first_nonfinite_expected = mismatch_actual, mismatch_expected
+        res.first_nonfinite_mismatch = _unravel(int(s.first_mismatch_at), res.shape)
+        res.first_nonfinite_actual, res.first_nonfinite_expected = s.mismatch_actual, s.mismatch_expected
     if res.violations:
         res.failures.append(Kind.ELEMENT.value)
-    res.cos_diff = cos_diff_from_sums(aa, ee, ae)
-    res.rel_l2 = math.sqrt(dd) / math.sqrt(ee) if ee else math.sqrt(dd)
+    res.cos_diff = cos_diff_from_sums(s.sum_aa, s.sum_ee, s.sum_ae)
+    res.rel_l2 = math.sqrt(s.sum_dd) / math.sqrt(s.sum_ee) if s.sum_ee else math.sqrt(s.sum_dd)
     if res.cos_diff > bound.cos_diff:
         res.failures.append(Kind.COSINE.value)
     res.passed = not res.failures

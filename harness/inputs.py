@@ -32,7 +32,7 @@ from .pool import (
     padding_fill,
     pages_for,
 )
-from .transfer import to_device
+from .transfer import to_device, to_device_named
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -263,13 +263,14 @@ class KVStore:
         owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0
         self.written = [0 if r == owner else n * case.page_size for r, n in enumerate(shared)]
         lay = self.index_layout
-        host = [lay.req_to_token, lay.req_pool_indices, lay.block_table, lay.cache_seqlens, lay.used_pages]
+        layout_fields = ("req_to_token", "req_pool_indices", "block_table", "cache_seqlens", "used_pages")
+        host = {name: getattr(lay, name) for name in layout_fields}
         if filled:      # every token written, and the lengths the kernel is called with
             slots, source = write_slots(lay, self.written, final_lengths)
             host_lengths = self._host_lengths(final_lengths)
-            host += [slots, host_lengths[1]] + ([] if source is None else [source])
-        sent = to_device(host, device)
-        self.layout = PageLayout(lay.page_size, lay.num_pages, *sent[:5])   # what the kernel is given
+            host |= {"slots": slots, "seq_lens": host_lengths[1]} | ({} if source is None else {"source": source})
+        sent = to_device_named(host, device)
+        self.layout = PageLayout(lay.page_size, lay.num_pages, *(sent[name] for name in layout_fields))
         shape = (self.layout.num_pages, case.page_size, case.kv_heads, case.d_qk)
         self.fp8 = case.dtype.startswith("fp8")
         self.tokens = tokens
@@ -284,8 +285,8 @@ class KVStore:
             self.descale = torch.tensor([self.k_scale], dtype=torch.float32, device=device)
         self.filled = None        # (host lengths, the same on the device) of the final lengths, when filled
         if filled:
-            self._write(sent[5], sent[7] if len(sent) > 7 else None, final_lengths)
-            self.filled = (host_lengths, (self.layout.cache_seqlens, sent[6]))
+            self._write(sent["slots"], sent.get("source"), final_lengths)
+            self.filled = (host_lengths, (self.layout.cache_seqlens, sent["seq_lens"]))
 
     def _host_lengths(self, cache: list[int]) -> list[torch.Tensor]:
         """cache_seqlens and seq_lens (verify's drafts taken off) on the host, int32."""
@@ -295,8 +296,8 @@ class KVStore:
     def write_up_to(self, lengths: list[int]):
         """The engine's KV writes: each request's tokens up to ``lengths[r]`` (drafts included)."""
         slots, source = write_slots(self.index_layout, self.written[:len(lengths)], lengths)
-        sent = to_device([slots] if source is None else [slots, source], self.pool.device)
-        self._write(sent[0], sent[1] if source is not None else None, lengths)
+        sent = to_device_named({"slots": slots} | ({} if source is None else {"source": source}), self.pool.device)
+        self._write(sent["slots"], sent.get("source"), lengths)
 
     def _write(self, slots: torch.Tensor, source: torch.Tensor | None, lengths: list[int]):
         for pool, src in ((self.pool, self.stored), (self.pool_model, self.tokens)) if self.fp8 \

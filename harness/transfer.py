@@ -31,3 +31,8 @@ def to_device(tensors: list[torch.Tensor], device) -> list[torch.Tensor]:
         torch.cat([t.reshape(-1) for t in tensors], out=packed[:total])
     staged = packed.to(device, non_blocking=True)      # the pinned buffer is kept until the copy is done
     return [staged[start:start + n].view(t.shape).clone() for t, start, n in zip(tensors, starts, sizes)]
+
+
+def to_device_named(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    """``to_device`` for a pack whose tensors have names: the same names, their tensors on ``device``."""
+    return dict(zip(tensors, to_device(list(tensors.values()), device)))

@@ -27,6 +27,7 @@ the normalisation on the output.  Planning reads block tables and lengths on the
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -77,21 +78,42 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+class _ShapeClass(NamedTuple):
+    """What requests computed in one block must share (a dict key: every field hashable)."""
+
+    s_q: int
+    h_q: int
+    h_kv: int
+    d_qk: int
+    d_v: int
+    n_keys: int                      # keys padded to whole pages
+    page_size: int
+    q_dtype: torch.dtype
+    kv_dtype: torch.dtype
+    q_device: torch.device
+    kv_device: torch.device
+    softmax_scale: float
+    descale_q: object
+    descale_k: object
+    compute_dtype: torch.dtype
+
+
 @dataclass
 class _Block:
-    key: tuple                       # the shape class: (s_q, h_q, h_kv, d_qk, d_v, n_keys, ...)
+    key: _ShapeClass
     rows: int                        # request slots
     members: list = field(default_factory=list)    # (problem index, request index), at most ``rows``
 
     @property
     def n_keys(self) -> int:
-        return self.key[5]
+        return self.key.n_keys
 
 
-def _shape_class(p: Problem, n_keys: int, compute_dtype) -> tuple:
+def _shape_class(p: Problem, n_keys: int, compute_dtype) -> _ShapeClass:
     _, s_q, h_q, d_qk = p.q.shape
-    return (s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.kv_pool.shape[1], p.q.dtype, p.kv_pool.dtype,
-            p.q.device, p.kv_pool.device, p.softmax_scale, p.descale_q, p.descale_k, compute_dtype)
+    return _ShapeClass(s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.kv_pool.shape[1], p.q.dtype,
+                       p.kv_pool.dtype, p.q.device, p.kv_pool.device, p.softmax_scale, p.descale_q, p.descale_k,
+                       compute_dtype)
 
 
 def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_BLOCK_ELEMENTS) -> list[_Block]:
@@ -178,7 +200,7 @@ def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.nda
     from ``(k, n_pages)``; and the block's key counts ``(rows,)`` and limits ``(rows, s_q)`` (how many
     keys each query token sees).  Spare slots repeat the last real request."""
     slots = block.members + [block.members[-1]] * (block.rows - len(block.members))
-    s_q, page_size = block.key[0], block.key[6]
+    s_q, page_size = block.key.s_q, block.key.page_size
     n_pages = block.n_keys // page_size
     runs, lengths, limits = [], [], []
     i = np.arange(s_q)
@@ -238,7 +260,8 @@ def _run_block(block, problems, results, runs, lengths, limits, compute_dtype, s
     """Gather a block's queries and key pages run by run, attend, and copy each real request's rows out.
     ``shortest`` is the fewest keys of the block's requests, ``fewest_seen`` the fewest any token sees:
     keys before them are never padding or masked, so the masking starts there."""
-    s_q, h_q, h_kv, d_qk, d_v, n_keys, page_size = block.key[:7]
+    k = block.key
+    s_q, h_q, h_kv, d_qk, d_v, n_keys, page_size = k.s_q, k.h_q, k.h_kv, k.d_qk, k.d_v, k.n_keys, k.page_size
     first = problems[block.members[0][0]]
     rows, device, pool_device = block.rows, first.q.device, first.kv_pool.device
     n_pages = n_keys // page_size
