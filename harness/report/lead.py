@@ -80,8 +80,8 @@ def shard_problems(data) -> str:
     if not problems:
         return ""
     items = "".join(f"<li>{esc(p)}</li>" for p in problems)
-    return (f'<div class="finding" id="shards"><b>These results are not one whole sharded run</b> (the verdict '
-            f'covers only the rows that arrived):<ul>{items}</ul></div>')
+    return (f'<div class="shard-problems" id="shards" style="color:#a3151b"><b>These results are not one whole '
+            f'sharded run</b> (the verdict covers only the rows that arrived):<ul>{items}</ul></div>')
 
 
 def findings(data) -> str:
