@@ -340,3 +340,89 @@ def test_graph_suite_runs_on_the_gpu(name):
     assert len(ran) == len(rows), [(r["case_id"], r["status"], r.get("reason")) for r in rows if r not in ran]
     assert all(r["metrics"]["graph"]["steps"] >= 20 for r in ran)
     assert all(r["metrics"]["graph"]["index"] == "token stream" for r in ran)
+
+
+# ---- the graph scenario's token-stream path, with an eager stand-in for the CUDA graph (CPU) ----------
+
+class EagerGraph:
+    """``replay`` reruns the captured call on the session's buffers: what a CUDA graph does, minus the graph."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def replay(self):
+        self.session.captured = self.session.forward()
+
+
+class CPUTritonGraphSession(TritonGraphSession):
+    def capture(self, bs, rows_pages=None):
+        self.bs = bs
+        self.set_batch(bs, None, [SEQ_LEN_FILL] * bs)
+        self.fill(capture=True)
+        self.captured = self.forward()
+        self.graph = EagerGraph(self)
+
+
+class OffByOneSlot(CPUTritonGraphSession):
+    """Fills every real row's stream one slot too far along."""
+
+    def stream(self):
+        indptr, slots = super().stream()
+        return indptr, slots + 1
+
+
+class SlotOutsideThePool(CPUTritonGraphSession):
+    def stream(self):
+        indptr, slots = super().stream()
+        slots[-1] = self.template.kv_pool.shape[0] * self.template.kv_pool.shape[1]
+        return indptr, slots
+
+
+def graph_backend(session_cls):
+    class Backend(SGLangTritonBackend):
+        def graph_session(self, max_bs, max_context_len, inputs):
+            return session_cls(self, max_bs, max_context_len, inputs)
+    return Backend()
+
+
+def graph_case(mode):
+    cid = f"graph-cpu/{mode}"
+    return Case(id=cid, seed=case_seed(cid, 0), mode=mode, batch_size=3, heads=4, dtype="fp16",
+                draft_tokens=2 if mode == "verify" else 1, seqlen="list:5,63,100", scenario="graph")
+
+
+def test_the_scenario_replays_at_least_20_steps():
+    from harness.scenarios import graph
+    assert graph.GRAPH_STEPS >= 20
+
+
+@pytest.mark.parametrize("mode", ["decode", "verify"])
+def test_graph_steps_pass_through_the_token_stream_path(mode, monkeypatch):
+    why = _interpreter_missing()
+    if why:
+        pytest.skip(why)
+    from harness.scenarios import graph
+    monkeypatch.setattr(graph, "GRAPH_STEPS", 3 if mode == "decode" else 2)   # the interpreter is slow
+    outcome = graph.run_steps(graph_case(mode), graph_backend(CPUTritonGraphSession), "cpu")
+    assert outcome.status.value == "pass", outcome.messages
+    g = outcome.metrics["graph"]
+    assert g["steps"] == graph.GRAPH_STEPS and g["index"] == "token stream"
+    assert g["engine_eager_bitwise_equal"] and g["eager_nondeterministic_steps"] == []
+    assert min(g["real_batch_sizes"]) < 3          # some steps ran with padding rows
+
+
+def test_graph_steps_catch_a_stream_one_slot_off(monkeypatch):
+    why = _interpreter_missing()
+    if why:
+        pytest.skip(why)
+    from harness.scenarios import graph
+    monkeypatch.setattr(graph, "GRAPH_STEPS", 2)
+    outcome = graph.run_steps(graph_case("decode"), graph_backend(OffByOneSlot), "cpu")
+    assert outcome.status.value == "fail"
+    assert "graph.vs_engine_eager" in outcome.failed_checks or any(c.startswith("out.") for c in outcome.failed_checks)
+
+
+def test_graph_gate_refuses_a_slot_outside_the_pool_before_replay():
+    from harness.scenarios import graph
+    with pytest.raises(InputError, match="outside the pool"):
+        graph.run_steps(graph_case("decode"), graph_backend(SlotOutsideThePool), "cpu")

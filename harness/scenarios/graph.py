@@ -92,6 +92,11 @@ def run(case, backend, device):
         return Outcome.unsupported(no_graph_reason(backend))
     if torch.device(device).type != "cuda":
         return Outcome.unsupported("CUDA-graph replay needs a CUDA device")
+    return run_steps(case, backend, device)
+
+
+def run_steps(case, backend, device):
+    """Build the store and the session, then the steps (tests drive this with a CPU stand-in for the graph)."""
     gen = torch.Generator().manual_seed(case.seed)
     s_q = case.s_q
     grow = s_q                                    # decode: one token a step; verify: the accepted drafts
