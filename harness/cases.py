@@ -68,6 +68,8 @@ class Case:
     kv_scales: str = "amax"            # the writer's scale policy: "amax" (SGLang) or "ue8m0" (FlashMLA's tests)
     sink: str = "none"                 # attn_sink per head: "none", "random", "inf" (random with +-inf heads)
     index_pattern: str = "random"      # which positions the top-k lists: INDEX_PATTERNS
+    verify_rows: str = "flattened"     # verify's query rows: "flattened" (SGLang: a row per draft, s_q 1) or
+    #                                    "per_request" (vLLM: a row per request, s_q = drafts)
     tags: tuple = field(default=())
     suite_file: str = ""               # the suite's .toml path when it was given as one (reruns use it)
 
@@ -96,12 +98,14 @@ class Case:
         return d
 
 
-SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern")
+SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern", "verify_rows")
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}
 SINKS = ("none", "random", "inf")
 # which context positions a query token's top-k lists (harness/sparse_inputs.py draws them): a random
-# subset, the most recent ones, a random subset with -1 holes inside, one with repeated positions, none
-INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid")
+# subset, the most recent ones, a random subset with -1 holes inside, one with repeated positions, none,
+# random with the last third of the batch's requests all -1 (CUDA-graph / DP padding rows)
+INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid", "padded")
+VERIFY_ROWS = ("flattened", "per_request")
 
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).
 LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
@@ -176,6 +180,8 @@ def _validate_sparse_fields(case: Case, bad):
         bad("sink", f"unknown sink '{case.sink}' (known: {', '.join(SINKS)})")
     if case.index_pattern not in INDEX_PATTERNS:
         bad("index_pattern", f"unknown index pattern '{case.index_pattern}' (known: {', '.join(INDEX_PATTERNS)})")
+    if case.verify_rows not in VERIFY_ROWS:
+        bad("verify_rows", f"unknown verify rows '{case.verify_rows}' (known: {', '.join(VERIFY_ROWS)})")
     if case.d_qk != fmt.d_qk or case.d_v != 512 or case.kv_heads != 1:
         bad("d_qk", f"format {fmt.name} holds d_qk {fmt.d_qk} with d_v 512 and one kv head, got d_qk "
                     f"{case.d_qk}, d_v {case.d_v}, kv_heads {case.kv_heads}")

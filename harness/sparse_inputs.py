@@ -11,6 +11,8 @@
   slots as ``transform_index_page_table_decode`` does (``req_to_token[req, pos]``; -1 stays -1), with a
   -1 tail where the row sees fewer tokens than ``topk``.  FlashMLA reads slot ``page * page_size + offset``.
 - ``cache_seqlens = min(tokens seen, topk)``, SGLang's ``dsa_cache_seqlens`` (the scheduler's input).
+- vLLM keeps a request's drafts in one kernel row (``Case.verify_rows = "per_request"``: indices
+  ``(n, 1 + k, topk)``); the same seed gives the same query tokens and key sets in both shapes.
 
 The index gate (``validate_indices``): every entry is -1 or a slot of the pool.  FlashMLA does not check
 (only -1 is invalid; anything else is read, out of bounds or not), so a bad index is refused before any
@@ -41,7 +43,7 @@ class SparseInputs:
     q: torch.Tensor                   # (n, s_q, heads, d_qk) bf16: the model's heads (a backend pads them)
     kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records
     indices: torch.Tensor             # (n, s_q, topk) int32: KV slot or -1
-    cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk)
+    cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk), a kernel row's longest
     attn_sink: torch.Tensor | None    # (heads,) float32, or None (SGLang passes none)
     req_to_token: torch.Tensor        # (max_reqs, max_context) int32: the engine's table the indices came from
     softmax_scale: float
@@ -119,6 +121,20 @@ def query_rows(case: Case, seq_lens: list[int]) -> list[tuple[int, int]]:
     return [(r, n + i + 1) for r, n in enumerate(seq_lens) for i in range(case.draft_tokens)]
 
 
+def row_patterns(case: Case, rows: list[tuple[int, int]]) -> list[str]:
+    """Each query row's pattern: ``padded`` is ``random`` with the last third of the requests' rows all -1,
+    as CUDA-graph and DP padding rows are."""
+    if case.index_pattern != "padded":
+        return [case.index_pattern] * len(rows)
+    first_padding = case.batch_size - case.batch_size // 3
+    return ["invalid" if r >= first_padding else "random" for r, _ in rows]
+
+
+def engine_shape(case: Case) -> int:
+    """Query tokens per kernel row: SGLang flattens verify (1); vLLM keeps a request's drafts together."""
+    return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
+
+
 def build(case: Case, device) -> SparseCase:
     """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``."""
     device = torch.device(device)
@@ -129,20 +145,23 @@ def build(case: Case, device) -> SparseCase:
     layout = allocate(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
                       pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
     rows = query_rows(case, seq_lens)
+    s_q = engine_shape(case)
     r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
-    indices = np.full((len(rows), 1, case.topk), -1, dtype=np.int32)
-    for i, (r, seen) in enumerate(rows):
-        pos = positions_for(case.index_pattern, seen, case.topk, host_gen)
-        indices[i, 0] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
-    host_indices = torch.from_numpy(indices)
+    indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
+    for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
+        pos = positions_for(pattern, seen, case.topk, host_gen)
+        indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
+    host_indices = torch.from_numpy(indices).view(len(rows) // s_q, s_q, case.topk)
+    # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
+    cache = cache.view(-1, s_q).amax(dim=1).to(torch.int32)
     slots, _ = write_slots(layout, [0] * len(total), total)
     sink = sink_for(case, host_gen)
     # the sink travels as its float32 bits: one int32 transfer carries everything
     sent = to_device([host_indices, cache, layout.req_to_token, slots]
                      + ([sink.float().view(torch.int32)] if sink is not None else []), device)
     gen = torch.Generator(device=device).manual_seed(case.seed)
-    q = draw_normal((len(rows), 1, case.heads, case.d_qk), gen, torch.bfloat16)
+    q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
     pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
     write_records(pool, sent[3], quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)

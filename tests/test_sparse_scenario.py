@@ -131,7 +131,7 @@ def test_the_gate_needs_int32_three_dimensional_indices():
 
 def test_dense_cases_keep_their_definition_and_hash():
     dense = Case(id="smoke/g/0", seed=5)
-    assert not {"topk", "kv_format", "kv_scales", "sink", "index_pattern"} & set(dense.to_dict())
+    assert not {"topk", "kv_format", "kv_scales", "sink", "index_pattern", "verify_rows"} & set(dense.to_dict())
     assert case_hash(dense.to_dict()) == case_hash({**dense.to_dict()})
     assert "topk" in sparse_case().to_dict()
 
@@ -143,6 +143,7 @@ def test_dense_cases_keep_their_definition_and_hash():
     (dict(kv_format="v4", d_qk=512, kv_scales="amax"), "takes ue8m0"),
     (dict(sink="sometimes"), "unknown sink"),
     (dict(index_pattern="zigzag"), "unknown index pattern"),
+    (dict(verify_rows="sideways"), "unknown verify rows"),
     (dict(d_qk=512), "holds d_qk 576"),
     (dict(dtype="fp16"), "bf16 q"),
 ])
@@ -182,3 +183,23 @@ def test_torch_sparse_matches_the_oracle_on_cuda():
     for case in load_suite("sparse").cases[:12]:
         outcome = run(case, TorchBackend(), "cuda")
         assert outcome.status is Status.PASS, (case.id, outcome.messages[:2])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sglang_and_vllm_verify_shapes_give_the_oracle_the_same_rows(seed):
+    from harness.sparse_oracle import expected
+    flat = sparse_case(seed=seed, mode="verify", draft_tokens=3, sink="random", index_pattern="holes")
+    grouped = dataclasses.replace(flat, verify_rows="per_request")
+    a, b = build(flat, "cpu"), build(grouped, "cpu")
+    assert tuple(a.inputs.indices.shape) == (9, 1, 64) and tuple(b.inputs.indices.shape) == (3, 3, 64)
+    assert torch.equal(a.indices.reshape(3, 3, 64), b.indices)
+    assert b.inputs.cache_seqlens.tolist() == [min(n + 3, 64) for n in draw_seq_lens(flat)]
+    (out_a, lse_a), (out_b, lse_b) = expected(a, "exact"), expected(b, "exact")
+    assert torch.equal(out_a.reshape(3, 3, 16, 512), out_b)
+    assert torch.equal(lse_a[:, :, 0].reshape(3, 3, 16).transpose(1, 2), lse_b)
+
+
+def test_padding_rows_are_the_last_third_all_minus_one():
+    built = build(sparse_case(batch_size=6, index_pattern="padded", mode="verify", draft_tokens=2), "cpu")
+    valid = (built.indices >= 0).sum(-1).flatten().tolist()
+    assert valid[8:] == [0, 0, 0, 0] and all(v > 0 for v in valid[:8])
