@@ -9,7 +9,7 @@ registered there they would survive it.  Each is killed by the ``sparse`` suite
 
 import torch
 
-from harness.backends.torch_backend import TorchBackend   # absolute: loadable as a plug-in file
+from harness.backends.torch_backend import TorchBackend  # absolute: loadable as a plug-in file
 
 
 class SparseMutant(TorchBackend):
