@@ -6,7 +6,8 @@ V3.2 (``v32``, 656 bytes a token, FlashMLA's ``V32_FP8Sparse``): 512 e4m3 values
 
 V4 (``v4``, 584 bytes a token, FlashMLA's ``MODEL1_FP8Sparse``): each slot's row is 448 e4m3 values
 and 64 bf16 rope values (576 bytes); after all ``P`` rows of its page come the page's scales, 8 bytes
-a slot: 7 ue8m0 scales (one per 64 values) and a pad byte.
+a slot: 7 ue8m0 scales (one per 64 values) and a pad byte; a page's stride is rounded up to a multiple
+of 576 bytes, as FlashMLA's tests lay it out.
 
 Scale policies (how a writer picks a tile's scale from its amax):
 
@@ -45,6 +46,7 @@ class RecordFormat:
     scale_bytes: int          # 4 (float32) or 1 (ue8m0)
     scales_after_rows: bool   # V4: a page's scales follow all its token rows
     policies: tuple
+    page_align: int = 1       # a page's bytes are rounded up to a multiple of this (its stride in the pool)
 
     @property
     def tiles(self) -> int:
@@ -56,12 +58,14 @@ class RecordFormat:
         return self.d_nope + 2 * self.d_rope + (0 if self.scales_after_rows else self.tiles * self.scale_bytes)
 
     def page_bytes(self, page_size: int) -> int:
-        return page_size * self.bytes_per_token
+        """A page's stride in the pool: its records, rounded up to ``page_align``."""
+        return -(-page_size * self.bytes_per_token // self.page_align) * self.page_align
 
 
 FORMATS = {
     "v32": RecordFormat("v32", 576, 512, 64, 128, 656, 4, False, ("amax", "ue8m0")),
-    "v4": RecordFormat("v4", 512, 448, 64, 64, 584, 1, True, ("ue8m0",)),
+    # FlashMLA's tests (quant.py) round a V4 page up to a multiple of 576 bytes; so do we
+    "v4": RecordFormat("v4", 512, 448, 64, 64, 584, 1, True, ("ue8m0",), page_align=576),
 }
 
 
@@ -105,7 +109,8 @@ def _page_parts(pool: torch.Tensor, fmt: RecordFormat, page_size: int):
         records = pool.unflatten(1, (page_size, fmt.bytes_per_token))
         return records, records[..., fmt.d_nope:fmt.d_nope + fmt.tiles * fmt.scale_bytes]
     rows = pool[:, :page_size * fmt.row_bytes].unflatten(1, (page_size, fmt.row_bytes))
-    scales = pool[:, page_size * fmt.row_bytes:].unflatten(1, (page_size, 8))[..., :fmt.tiles]
+    scales_at = page_size * fmt.row_bytes
+    scales = pool[:, scales_at:scales_at + page_size * 8].unflatten(1, (page_size, 8))[..., :fmt.tiles]
     return rows, scales
 
 

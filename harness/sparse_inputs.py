@@ -166,7 +166,8 @@ def build(case: Case, device) -> SparseCase:
     pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
     write_records(pool, sent[3], quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
     inputs = SparseInputs(
-        q=q, kv_pool=pool.view(layout.num_pages, case.page_size, 1, fmt.bytes_per_token),
+        q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
+            layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
         indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[4].view(torch.float32) if sink is not None else None,
         req_to_token=sent[2], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
     return SparseCase(inputs, host_indices, [seen for _, seen in rows], list(seq_lens))

@@ -36,6 +36,8 @@ def bf16_bytes(x: float) -> bytes:
 def test_formats_sizes_match_their_documented_bytes():
     assert FORMATS["v32"].bytes_per_token == 512 + 4 * 4 + 64 * 2 == 656
     assert FORMATS["v4"].bytes_per_token == 448 + 64 * 2 + 7 + 1 == 584
+    assert FORMATS["v32"].page_bytes(64) == 64 * 656
+    assert FORMATS["v4"].page_bytes(64) == 65 * 576 >= 64 * 584      # FlashMLA's tests' padded page
 
 
 @pytest.mark.parametrize("policy", ["amax", "ue8m0"])
@@ -71,6 +73,7 @@ def test_v4_rows_then_the_pages_scales():
     assert scales[0] == 127 + math.ceil(math.log2(max(amax / 448, 1e-4)))       # ue8m0: biased exponent
     assert scales[7] == POISON_BYTE                                              # the pad byte: not written
     assert set(page[:2 * 576]) == {POISON_BYTE}
+    assert set(page[P * 584:]) == {POISON_BYTE}                                  # the page's padding
 
 
 @pytest.mark.parametrize("name,policy", [("v32", "amax"), ("v32", "ue8m0"), ("v4", "ue8m0")])

@@ -3,7 +3,8 @@ calls it for an fp8 cache on Hopper (``flashmla_kv`` in ``dsa_backend.py``, thro
 ``flash_mla_interface.py``, which reaches the legacy SM90 kernel ``sparse_decode_fwd``):
 
 - q ``(n, 1, h, 576)`` bf16 with heads zero-padded to 64 or 128, sliced back after the call;
-- the cache viewed ``(-1, 64, 1, 656)`` uint8; indices ``(n, 1, topk)`` int32 slots, -1 invalid;
+- the cache viewed ``(-1, 64, 1, 656)`` uint8; indices ``(n, 1, topk)`` int32 slots, -1 invalid
+  (V4: ``(-1, 64, 1, 584)`` with FlashMLA's tests' page stride; vLLM's verify shape: ``(n, 1 + k, topk)``);
 - an empty ``(n, 0)`` block table, ``cache_seqlens = min(seq_len, topk)``;
 - metadata from ``get_mla_decoding_metadata(cache_seqlens, s_q * h, 1, h, is_fp8_kvcache=True,
   topk=topk, use_legacy=True)`` put on a fresh ``FlashMLASchedMeta``;
@@ -35,10 +36,12 @@ def _import_flash_mla():
 class FlashMLASparseBackend(Backend):
     name = "flashmla-sparse"
     # the dense interface's capabilities: this backend runs the sparse scenario only (unsupported_reason)
-    capabilities = Capabilities(dtypes=("bf16",), devices=("cuda",), d_qk=(576,), d_v=(512,), lse_base="e",
+    capabilities = Capabilities(dtypes=("bf16",), devices=("cuda",), d_qk=(576, 512), d_v=(512,), lse_base="e",
                                 index_format="token_slots", engine="sglang dsa_backend flashmla_kv")
     sparse_capabilities = SparseCapabilities(
-        kv_formats=("v32",), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
+        # V4's 584-byte records: the wheel tells the formats apart by bytes per token (its docstring: "The
+        # format is detected from `bytes_per_token`"); FlashMLA's own V4 cases ran with use_legacy=True
+        kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
         # "On SM90, topk must be a multiple of 64" (../shared/notes/sparse-mla.md, from the wheel's source)
         topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
         engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)")
