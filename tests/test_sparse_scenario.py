@@ -203,3 +203,26 @@ def test_padding_rows_are_the_last_third_all_minus_one():
     built = build(sparse_case(batch_size=6, index_pattern="padded", mode="verify", draft_tokens=2), "cpu")
     valid = (built.indices >= 0).sum(-1).flatten().tolist()
     assert valid[8:] == [0, 0, 0, 0] and all(v > 0 for v in valid[:8])
+
+
+class WritesIntoThePool(TorchBackend):
+    def run_sparse(self, inputs):
+        result = super().run_sparse(inputs)
+        inputs.kv_pool.view(-1)[5 * 656 + 520] ^= 1          # one scale byte of slot 5
+        return result
+
+
+class WritesPastTheOutput(TorchBackend):
+    def run_sparse(self, inputs):
+        out, lse = super().run_sparse(inputs)
+        flat = inputs.out.view(-1)
+        torch.as_strided(flat, (1,), (1,), flat.storage_offset() + flat.numel()).fill_(0)
+        return out, lse
+
+
+@pytest.mark.parametrize("backend,where", [(WritesIntoThePool(), "kv_pool"),
+                                           (WritesPastTheOutput(), "out: 0 byte(s) past")])
+def test_a_kernel_that_changes_its_inputs_fails_without_a_comparison(backend, where):
+    outcome = run(sparse_case(), backend, "cpu")
+    assert outcome.status is Status.FAIL and outcome.failed_checks == ["inputs.unchanged"]
+    assert where in outcome.messages[0] and "out" not in outcome.metrics
