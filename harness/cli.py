@@ -82,7 +82,12 @@ def _start_spares(options: dict | None):
         at_start = gpu_memory.free_memory()
     elif options["--device"] == "cuda":
         per_gpu = gpu_memory.free_memory_of([record["gpu"] for _, record in sets])
-    isolation.start_spares(spares, warm=at_start is not None or per_gpu is not None, pins=[p for p, _ in sets])
+    pins = [pin for pin, _ in sets]
+    warm = at_start is not None or per_gpu is not None
+    if pins == [None]:        # one set on the default device, as a run on one GPU always was
+        isolation.start_spares(spares, warm=warm)
+    else:
+        isolation.start_spares(spares, warm=warm, pins=pins)
     return at_start, per_gpu
 
 
