@@ -6,12 +6,17 @@ import error otherwise.  The interpreter mishandles bf16, so every case is fp16.
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")   # read when the kernels are defined: before any import
+import torch
+
+# On a CUDA box this lane stands aside: the interpreter flag is process-wide, read whenever a Triton kernel
+# is defined, so setting it there would turn every later Triton kernel of the GPU lane into the interpreter.
+ON_CUDA = torch.cuda.is_available()
+if not ON_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # read when the kernels are defined: before any import
 
 import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 from harness.backend_loader import load_backend  # noqa: E402
 from harness.backends.base import Unsupported  # noqa: E402
@@ -23,8 +28,9 @@ from harness.runner import run_case  # noqa: E402
 from harness.tolerances import TOLERANCES  # noqa: E402
 
 _probe = load_backend("sglang-triton")
-_why = _probe.import_error()
-if _why is not None and os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU") == "1":
+_why = "a CUDA device is here: the interpreter lane is for CPU (the GPU lane runs the compiled kernels)" \
+    if ON_CUDA else _probe.import_error()
+if _why is not None and not ON_CUDA and os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU") == "1":
     # CI's lane installed the kernels: a failed import there is a failure, not a skip
     raise RuntimeError(f"MLA_VERIFY_REQUIRE_TRITON_CPU=1 but SGLang's Triton kernels do not import: {_why}")
 
@@ -53,7 +59,7 @@ if _broken is not None and os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU") == "1
     raise RuntimeError(f"MLA_VERIFY_REQUIRE_TRITON_CPU=1 but {_broken}")
 pytestmark = pytest.mark.skipif(
     _why is not None or _broken is not None or os.environ.get("TRITON_INTERPRET") != "1",
-    reason=f"SGLang Triton kernels not importable here (run `make triton-cpu`): {_why}" if _why
+    reason=_why if ON_CUDA else f"SGLang Triton kernels not importable here (run `make triton-cpu`): {_why}" if _why
     else _broken or "TRITON_INTERPRET is set to something other than 1")
 
 
