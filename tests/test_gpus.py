@@ -268,3 +268,36 @@ def test_gpus_on_the_cpu_is_not_used_and_a_bad_value_is_one_line(tmp_path, monke
         code, _, err = run_cli(["run", "--suite", "smoke", "--backend", "torch", "--gpus", flag,
                                 "--device", "cpu", "--out", str(tmp_path / "bad.jsonl")])
         assert code == 2 and err.strip() == f"mla-verify: error: {message}", err
+
+
+def test_rows_are_the_same_on_any_number_of_gpus_placement_aside(tmp_path):
+    """The mixed suite of test_parallel_runs, failing rows included, in this process and spread over three
+    pretend GPUs' worker sets: the rows differ only in timings and ``placement``."""
+    import torch
+    from test_parallel_runs import TIMINGS, suite_cases
+
+    from harness.backend_loader import load_backend
+    from harness.results import ResultsWriter, read_rows
+    from harness.runner import run_cases
+
+    cases = suite_cases(tmp_path, 4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)           # as test_parallel_runs: the CPU BLAS's threading, not the harness
+    try:
+        found = []
+        for name, sets, workers in (("alone", None, 0),
+                                    ("three", [placement.WorkerSet(str(i), {"gpu": i}) for i in range(3)], 1)):
+            path = tmp_path / f"{name}.jsonl"
+            with ResultsWriter(path) as writer:
+                run_cases(cases, load_backend("mutant:read_past_seqlen"), "mutant:read_past_seqlen", "cpu", writer,
+                          progress=False, workers=workers, chunk_cases=3, sets=sets)
+            found.append({r["case_id"]: r for r in read_rows(path)})
+    finally:
+        torch.set_num_threads(threads)
+    alone, three = found
+    assert {r["placement"]["gpu"] for r in three.values()} <= {0, 1, 2}     # which ones: as they freed up
+    assert "fail" in {r["status"] for r in alone.values()}
+    drop = set(TIMINGS) | {"placement"}
+    for case_id, row in alone.items():
+        assert {k: v for k, v in three[case_id].items() if k not in drop} == \
+               {k: v for k, v in row.items() if k not in drop}, case_id
