@@ -1,6 +1,7 @@
 """``--backend`` specs to backends: built-in names, ``auto``, mutants and user plug-ins.
 
-A spec is a built-in name (``mla-verify list``), ``auto``, ``mutant:NAME`` (a
+A spec is a built-in name (``mla-verify list``), ``NAME@PROFILE`` (a built-in backend calling its kernel as
+an engine profile does, e.g. ``flashmla@sglang-0.5.23``), ``auto``, ``mutant:NAME`` (a
 deliberately broken torch backend, see ``harness/mutants``), ``module:NAME`` or
 ``path/to/file.py:NAME``.  NAME is a ``Backend`` instance, or a class or
 zero-argument factory that returns one.
@@ -21,6 +22,8 @@ def load_backend(spec: str) -> Backend:
         return BUILTIN[resolve_auto("cuda" if _cuda() else "cpu")[0][0]]()
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if "@" in spec and spec.partition("@")[0] in BUILTIN:
+        return _with_profile(spec)
     if spec.startswith("mutant:"):
         return load_mutant(spec.removeprefix("mutant:"))
     if ":" not in spec:
@@ -39,6 +42,16 @@ def load_backend(spec: str) -> Backend:
             raise InputError(f"backend '{spec}': {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(backend, Backend):
         raise InputError(f"backend '{spec}': {attr} is not a harness.backends.Backend (or a factory of one)")
+    return backend
+
+
+def _with_profile(spec: str) -> Backend:
+    """``NAME@PROFILE``: the built-in backend, told to call its kernel as that engine profile does."""
+    name, _, profile = spec.partition("@")
+    backend = BUILTIN[name]()
+    if not hasattr(backend, "use_profile"):
+        raise InputError(f"backend '{spec}': {name} has no engine profiles")
+    backend.use_profile(profile)        # an unknown profile is an InputError naming the known ones
     return backend
 
 

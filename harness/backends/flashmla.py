@@ -18,11 +18,14 @@ decode and ``seq_lens + num_draft_tokens`` for target-verify, metadata for
 with K's scale, ``descale_q = descale_k = k_scale`` of shape (1,).
 """
 
+import dataclasses
 import importlib
 
 import torch
 
+from ..inputs import host_copy
 from .base import Backend, Capabilities
+from .flashmla_profiles import DEFAULT, GrownScratch, profile_named
 from .optional import dist_version
 
 PAGE_SIZE = 64
@@ -113,8 +116,16 @@ class FlashMLABackend(Backend):
         index_format="page_table", fp8_q="quantized_k_scale", engine="sglang FlashMLABackend (flashmla_backend.py)",
     )
 
-    def __init__(self):
+    def __init__(self, profile: str = DEFAULT):
         self.api, self.import_errors = find_api()
+        self.use_profile(profile)
+
+    def use_profile(self, name: str):
+        """Call the kernel as engine profile ``name`` does (``flashmla_profiles``); its name joins the backend's."""
+        self.profile = profile_named(name)
+        self.name = FlashMLABackend.name + ("" if name == DEFAULT else f"@{name}")
+        self.capabilities = dataclasses.replace(FlashMLABackend.capabilities, engine=self.profile.engine)
+        self.scratch = GrownScratch() if self.profile.eager_table == "grown_scratch" else None
 
     # ---- availability -------------------------------------------------------------
     def available(self) -> bool:
@@ -142,8 +153,9 @@ class FlashMLABackend(Backend):
 
     def info(self):
         if self.api is None:
-            return {"package": None, "version": None, "api": None}
-        return {"package": self.api.package, "version": dist_version(self.api.dist), "api": self.api.form}
+            return {"package": None, "version": None, "api": None, "profile": self.profile.name}
+        return {"package": self.api.package, "version": dist_version(self.api.dist), "api": self.api.form,
+                "profile": self.profile.name}
 
     # ---- the call, as SGLang makes it -------------------------------------------------
     def metadata_for(self, inputs):
@@ -158,7 +170,11 @@ class FlashMLABackend(Backend):
             inputs.softmax_scale, inputs.causal, inputs.descale_q, inputs.descale_k)
 
     def run(self, inputs):
-        return self.call(inputs, self.metadata_for(inputs))
+        if self.scratch is None:
+            return self.call(inputs, self.metadata_for(inputs))
+        longest = int(host_copy(inputs).cache_seqlens.max()) if inputs.batch_size else 0
+        table = self.scratch.table(inputs.block_table, inputs.cache_seqlens, inputs.page_size, longest)
+        return self.call(inputs, self.metadata_for(inputs), block_table=table)
 
     def graph_session(self, max_bs, max_context_len, inputs):
         from .flashmla_graph import FlashMLAGraphSession

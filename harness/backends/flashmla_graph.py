@@ -11,6 +11,11 @@
   rewritten for the new seq lens (entries past them keep whatever earlier steps
   left), fresh metadata is copied into the *same* buffers, and the graph replays.
 
+Engine profile ``sglang-0.5.23`` (``flashmla_profiles``): the metadata buffers are preallocated as
+``torch.empty((num_sms, 8))`` and ``torch.empty(max_bs + 1)``; fresh metadata is copied into
+``[:num_sm_parts]`` and ``[:bs + 1]`` and those views are bound (the tile view kept from capture unless
+its row count changes, as SGLang keeps it); the captured table view spans the buffer's full width.
+
 The q buffer holds the model dtype; fp8 quantisation of q with K's scale happens
 inside the graph, as ``scaled_fp8_quant`` does in the seed's forward.
 """
@@ -37,9 +42,17 @@ class FlashMLAGraphSession:
         self.page_size = inputs.page_size
         self.table = torch.full((max_bs, (max_context_len + self.page_size) // self.page_size), 1, dtype=torch.int32,
                                 device=dev)
-        meta = self.api.metadata(torch.ones(max_bs, dtype=torch.int32, device=dev), self.q_tokens, self.h_kv,
-                                 self.fp8)
-        self.tile, self.splits = self.api.buffers(meta)
+        self.views = backend.profile.graph_metadata == "num_sms_views"
+        self.full_width = backend.profile.graph_table_full_width
+        if self.views:     # init_cuda_graph_state, sglang 0.5.23: unwritten until the first copy
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count
+            self.tile = torch.empty((sms, 8), dtype=torch.int32, device=dev)
+            self.splits = torch.empty(max_bs + 1, dtype=torch.int32, device=dev)
+        else:
+            meta = self.api.metadata(torch.ones(max_bs, dtype=torch.int32, device=dev), self.q_tokens, self.h_kv,
+                                     self.fp8)
+            self.tile, self.splits = self.api.buffers(meta)
+        self.tile_view = self.tile
         model_dtype = inputs.q.dtype if not self.fp8 else inputs.q_model.dtype
         self.q_buf = torch.zeros(max_bs, self.s_q, self.h_q, inputs.q.shape[3], dtype=model_dtype, device=dev)
         self.seq_buf = torch.full((max_bs,), self.SEQ_LEN_FILL, dtype=torch.int32, device=dev)
@@ -61,7 +74,15 @@ class FlashMLAGraphSession:
     def refresh_metadata(self, bs: int):
         cache = self.cache_seqlens(bs)
         fresh = self.api.buffers(self.api.metadata(cache, self.q_tokens, self.h_kv, self.fp8))
-        self.tile.copy_(fresh[0])
+        if self.views:
+            parts = fresh[0].shape[0]
+            if parts > self.tile.shape[0]:
+                raise RuntimeError(f"num_sm_parts {parts} exceeds preallocated max {self.tile.shape[0]}")
+            if self.tile_view is self.tile or self.tile_view.shape[0] != parts:
+                self.tile_view = self.tile[:parts]
+            self.tile[:parts].copy_(fresh[0])
+        else:
+            self.tile.copy_(fresh[0])
         self.splits[: bs + 1].copy_(fresh[1])
 
     def cache_seqlens(self, bs: int) -> torch.Tensor:
@@ -72,7 +93,7 @@ class FlashMLAGraphSession:
         q = self.q_buf[:bs]
         if self.fp8:
             q = quantize_fp8(q, self.k_scale, self.template.kv_pool.dtype)
-        meta = self.api.from_buffers(self.tile, self.splits[: bs + 1])
+        meta = self.api.from_buffers(self.tile_view, self.splits[: bs + 1])
         return self.api.call(q, self.template.kv_pool, self.table[:bs, :width], self.cache_seqlens(bs),
                              self.template.d_v, meta, self.template.softmax_scale, True,
                              self.template.descale_q, self.template.descale_k)
@@ -81,7 +102,8 @@ class FlashMLAGraphSession:
         self.seq_buf[:bs].fill_(self.SEQ_LEN_FILL)
         self.write_table(rows_pages)
         self.refresh_metadata(bs)
-        width = max(1, pages_for(self.SEQ_LEN_FILL + self.s_q, self.page_size))
+        width = self.table.shape[1] if self.full_width else max(1, pages_for(self.SEQ_LEN_FILL + self.s_q,
+                                                                                   self.page_size))
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
