@@ -270,7 +270,18 @@ def test_gpus_on_the_cpu_is_not_used_and_a_bad_value_is_one_line(tmp_path, monke
         assert code == 2 and err.strip() == f"mla-verify: error: {message}", err
 
 
-def test_rows_are_the_same_on_any_number_of_gpus_placement_aside(tmp_path):
+@pytest.fixture
+def fixed_commit(monkeypatch):
+    """One commit for this process's rows and its workers': a commit made meanwhile (another checkout's
+    work) would otherwise set the rows apart by ``env.commit``."""
+    from harness import environment
+    monkeypatch.setenv("MLA_VERIFY_COMMIT", "fixed-for-this-test")
+    environment.describe.cache_clear()
+    yield
+    environment.describe.cache_clear()
+
+
+def test_rows_are_the_same_on_any_number_of_gpus_placement_aside(tmp_path, fixed_commit):
     """The mixed suite of test_parallel_runs, failing rows included, in this process and spread over three
     pretend GPUs' worker sets: the rows differ only in timings and ``placement``."""
     import torch
