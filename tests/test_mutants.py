@@ -16,6 +16,7 @@ from harness.cli import main
 from harness.errors import InputError
 from harness.inputs import generate
 from harness.mutants import MUTANTS, names
+from harness.mutants.sparse import SPARSE_MUTANTS
 from harness.scenarios import _common as steps
 from harness.selfcheck import killing_checks, run_selfcheck
 
@@ -31,6 +32,7 @@ ONLY_IN_GROUPS = {
     "nondeterministic": {"determinism"},
     "loads_padded_pages": {"padding"},
     "page_id_16bit": {"spread-pool"},
+    **{name: {"sparse"} for name in SPARSE_MUTANTS},     # their steps run only on the sparse path
 }
 
 
@@ -73,6 +75,15 @@ def test_targeted_mutant_passes_cases_outside_its_bug(selfcheck, name):
     verdict = next(m for m in selfcheck.mutants if m.spec == f"mutant:{name}")
     killed_groups = {r["group"] for r in verdict.summary.rows if killing_checks(r)}
     assert killed_groups and killed_groups <= ONLY_IN_GROUPS[name], killed_groups
+
+
+def test_dense_mutants_pass_the_sparse_case_as_the_clean_backend_does(selfcheck):
+    """A dense-only bug never reaches the sparse path: its sparse rows pass, none crash or go unsupported."""
+    for verdict in selfcheck.mutants:
+        if verdict.spec.removeprefix("mutant:") in SPARSE_MUTANTS:
+            continue
+        sparse_rows = [r for r in verdict.summary.rows if r["group"] == "sparse"]
+        assert sparse_rows and all(r["status"] == "pass" for r in sparse_rows), (verdict.spec, sparse_rows)
 
 
 def test_selfcheck_verdict(selfcheck):

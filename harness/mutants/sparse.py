@@ -1,9 +1,10 @@
 """Sparse mutants: the torch backend's sparse path (``backends/torch_sparse.py``) with one bug planted.
 
-They are not in ``MUTANTS`` yet: ``selfcheck``'s suite (cases/selfcheck.toml) has no sparse case, so
-registered there they would survive it.  Each is killed by the ``sparse`` suite
-(tests/test_sparse_mutants.py), and runs as a plug-in:
-``mla-verify run --suite sparse --backend harness/mutants/sparse.py:SinkIgnored``.
+``harness/mutants/__init__.py`` registers them in ``MUTANTS``: ``selfcheck`` runs them on its ``sparse``
+group (cases/selfcheck.toml), and each is also killed by the ``sparse`` suite (tests/test_sparse_mutants.py).
+Any runs as a backend: ``--backend mutant:sink_ignored`` (or the plug-in
+``harness/mutants/sparse.py:SinkIgnored``).  The dense mutants pass sparse cases as the clean backend does
+(they override dense steps only), and these pass dense cases.
 ``caught_by`` names the checks expected to fail, as the registered mutants' do.
 """
 
