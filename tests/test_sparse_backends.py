@@ -115,3 +115,14 @@ def test_the_sink_for_a_padded_head_is_no_sink():
     assert seen["sink"].shape == (64,)
     assert torch.equal(seen["sink"][:16], scase.inputs.attn_sink)
     assert all(v == -math.inf for v in seen["sink"][16:].tolist())
+
+
+def test_list_shows_each_sparse_backend_with_its_sparse_capabilities(capsys):
+    from harness.cli import main
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in ("flashmla-sparse", "flashmla-sparse-prefill", "flaggems-sparse", "torch"):
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(name + " "))
+        sparse = next(line for line in lines[at + 1:at + 4] if line.strip().startswith("sparse {"))
+        assert '"kv_formats"' in sparse and '"index_format": "token_slots"' in sparse, (name, sparse)
+    assert not any(line.strip().startswith("sparse {") for line in lines if "flashinfer" in line)

@@ -50,6 +50,13 @@ class SparseCapabilities:
             return f"{case.draft_tokens} draft tokens; supports at most {self.max_draft_tokens}"
         return None
 
+    def describe(self) -> dict:
+        """What ``mla-verify list`` prints: the inputs it takes, then its conventions."""
+        return {"kv_formats": list(self.kv_formats), "devices": list(self.devices),
+                "page_sizes": list(self.page_sizes) if self.page_sizes else None,
+                "topk_multiple": self.topk_multiple, "max_draft_tokens": self.max_draft_tokens,
+                **self.conventions()}
+
     def conventions(self) -> dict:
         return {"engine": self.engine, "index_format": self.index_format, "kv_dequant": self.kv_dequant,
                 "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse,

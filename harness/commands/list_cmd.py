@@ -41,6 +41,9 @@ def main(args) -> int:
         label = f"{name} -> {backend.name}" if name == "auto" else name
         print(f"  {label:<18} {json.dumps(backend.info())}")
         print(f"  {'':<18} supports {json.dumps(backend.capabilities.describe())}")
+        sparse = getattr(backend, "sparse_capabilities", None)
+        if sparse is not None:       # a sparse entry point (run_sparse): docs/sparse.md
+            print(f"  {'':<18} sparse {json.dumps(sparse.describe())}")
         note = getattr(backend, "availability", None)
         if callable(note):
             print(f"  {'':<18} {note()}")
