@@ -15,7 +15,7 @@ import pandas as pd
 from ..checks import TENSOR_NAMES
 from ..status import GATING, STATUSES, Status, Verdict, verdict_of
 from . import findings as findings_mod
-from . import scoreboard
+from . import gpu_models, scoreboard
 from .rows import Loaded, load, sample
 from .shard_check import ShardCheck
 
@@ -118,7 +118,7 @@ def unsupported_reasons(df: pd.DataFrame, top: int = 8) -> list[tuple[str, int]]
     return [(str(k), int(v)) for k, v in reasons.head(top).items()]
 
 
-EMPTY_COLUMNS = ["i", "case_id", "backend", "status", "worst", "env", "sig", "where"]
+EMPTY_COLUMNS = ["i", "case_id", "backend", "gpu", "status", "worst", "env", "sig", "where"]
 
 
 def frame(records: list[dict]) -> tuple[pd.DataFrame, list]:
@@ -151,6 +151,7 @@ class ReportData:
     drill: list[int] = field(default_factory=list)    # row indices that get a drill-down
     drill_total: int = 0                        # failing rows (drill-downs may be capped)
     shard_problems: list = field(default_factory=list)   # shards absent or repeated (``shard_check``)
+    gpu_differ: dict = field(default_factory=dict)      # (case, backend) -> {GPU model: status} (``gpu_models``)
 
     def row_of(self, i: int) -> dict:
         """The whole row behind frame line ``i``, read again from its file."""
@@ -163,12 +164,14 @@ def collect(paths) -> ReportData:
     verdict = verdict_of(loaded.records)
     df, samples = frame(loaded.records)
     loaded.records = []                         # the frame holds them now
+    gpu_differ = gpu_models.mark_contrasts(df)   # several GPU models: where one kernel's verdict differs
     found = findings_mod.cluster(df[df["sig"].notna()].to_dict("records") if len(df) else [])
     return ReportData(sources=loaded.sources, loaded=loaded, df=df, samples=samples, superseded=loaded.superseded,
                       counts=counts(df), statuses=status_columns(df), env=environment(df, extras),
                       timing=timing(df), unsupported=unsupported_reasons(df), verdict=verdict, extras=extras,
                       findings=found, scoreboard=scoreboard.lines(df, extras.kernels, found),
-                      no_kernel=scoreboard.no_kernel_verified(df), shard_problems=extras.shards.problems())
+                      no_kernel=scoreboard.no_kernel_verified(df), shard_problems=extras.shards.problems(),
+                      gpu_differ=gpu_differ)
 
 
 def choose_drilldowns(df: pd.DataFrame, limit: int) -> tuple[list[int], int]:

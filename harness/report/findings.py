@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
 from ..status import Status
+from .gpu_models import describe
 from .text import ratio
 
 
@@ -68,6 +69,7 @@ class Finding:
     smallest: dict            # the record of the smallest case: rerun it first
     evidence: str
     worst: float
+    gpus: tuple | None = None  # (GPU model, ((other model, its status), ...)) where the verdict differs by GPU
 
 
 def size(rec: dict) -> float:
@@ -114,10 +116,14 @@ def cluster(records: list[dict]) -> list[Finding]:
     for rec in records:
         sig = rec.get("sig")
         if sig:
-            groups.setdefault((rec["backend"], *sig), []).append(rec)
+            # a case that goes otherwise on another GPU model is its own finding, naming both models
+            gpus = (rec.get("gpu") or "", rec["gpu_vs"]) if rec.get("gpu_vs") else None
+            groups.setdefault((rec["backend"], *sig, gpus), []).append(rec)
     found = []
-    for (backend, what, where, kind), recs in groups.items():
+    for (backend, what, where, kind, gpus), recs in groups.items():
         worst = max((r["worst"] for r in recs if not math.isnan(r["worst"])), default=math.nan)
-        found.append(Finding(backend, what, where, kind, len(recs), min(recs, key=size),
-                             _evidence(kind, what, where, recs), worst))
-    return sorted(found, key=lambda f: (-f.cases, f.backend, f.what))
+        evidence = _evidence(kind, what, where, recs)
+        if gpus:
+            evidence = f"Differs by GPU model ({describe(recs[0]['status'], *gpus)}): {evidence}"
+        found.append(Finding(backend, what, where, kind, len(recs), min(recs, key=size), evidence, worst, gpus))
+    return sorted(found, key=lambda f: (-f.cases, f.backend, f.what, str(f.gpus)))

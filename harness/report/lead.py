@@ -4,6 +4,7 @@ scoreboard and the findings, each finding with the command that reruns its small
 import math
 
 from .fold import fold
+from .gpu_models import describe
 from .text import esc, int_text, ratio, seconds
 
 SHOWN_FINDINGS = 8       # the rest fold away: the first screen keeps the scoreboard and the top findings
@@ -68,7 +69,11 @@ def _finding(f, k: int) -> str:
     cmd = rec.get("rerun") or ""
     rerun = (f'<code class="cmd">{esc(cmd)}</code><button type="button" class="copy" onclick="{COPY}">copy</button>'
              if cmd else '<span class="meta">no rerun command recorded</span>')
-    return (f'<tr class="finding" id="f{k}" data-backend="{esc(f.backend)}" data-kind="{esc(f.kind)}">'
+    on = ""
+    if f.gpus:       # the verdict differs by GPU model: rerun where it failed
+        rerun += f'<span class="meta"> on a {esc(f.gpus[0] or "machine without a GPU")}</span>'
+        on = f' data-gpus="{esc(describe(rec["status"], *f.gpus))}"'
+    return (f'<tr class="finding" id="f{k}" data-backend="{esc(f.backend)}" data-kind="{esc(f.kind)}"{on}>'
             f'<td class="n"><b>{f.cases:,}</b><td><b>{esc(f.backend)}</b><td><span class="ev">{esc(f.evidence)}</span>'
             f'<small>smallest: <a href="#cases" title="{esc(shape)}">{esc(rec["case_id"])}</a> ({esc(shape)})</small>'
             f'<div class="rr">{rerun}</div></tr>')

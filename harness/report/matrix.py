@@ -13,15 +13,21 @@ import warnings
 import numpy as np
 
 from ..tolerances import TOLERANCES
+from . import gpu_models
 from .fold import fold
 from .rows import sample
 from .text import esc, ratio
 
 SHOWN = 40          # matrix lines shown before "show all"
 MAX_LINES = 2000    # lines the file holds: the disagreements first (a 100,000-row run has 20,000 cases)
-FILTER_JS = "const t=this.closest('.panel').querySelector('table');t.dataset.only=this.checked?'1':'0';refold(t)"
+# each box filters on its own line attribute (data-dis, data-gdis); checking one clears the other
+FILTER_JS = ("const p=this.closest('.panel'),t=p.querySelector('table'),o=p.querySelector('#only-gdis');"
+             "if(o)o.checked=false;t.dataset.by='dis';t.dataset.only=this.checked?'1':'0';refold(t)")
+GPU_FILTER_JS = ("const p=this.closest('.panel'),t=p.querySelector('table');p.querySelector('#only-dis').checked="
+                 "false;t.dataset.by='gdis';t.dataset.only=this.checked?'1':'0';refold(t)")
 CSS = ("#matrix td.c{text-align:center;white-space:nowrap}#matrix td.c small{display:block;color:#666}"
-       "#matrix tr.dis td:first-child{font-weight:600}#matrix .xdis{color:#a3151b;font-weight:600}")
+       "#matrix tr.dis td:first-child{font-weight:600}#matrix .xdis,#matrix .gdis{color:#a3151b;font-weight:600}"
+       "#matrix th small{display:block;font-weight:400;font-size:11px}")
 
 
 def _far(values: np.ndarray, dtype) -> np.ndarray | None:
@@ -80,35 +86,53 @@ def spread(rows: list[dict]) -> dict[str, float]:
     return spread_of(samples, rows[0].get("dtype")) if rows else {}
 
 
-def _cell(rec, dev) -> str:
+def _cell(rec, d, gdis: bool = False) -> str:
     if rec is None:
         return '<td class="c">–'
-    w, d = rec["worst"], dev.get(rec["backend"])
+    w = rec["worst"]
     x = f'<small class="{"xdis" if d is not None and d > 1 else ""}">vs kernels {ratio(d)}</small>' \
         if d is not None else ""
     err = f"<small>oracle {ratio(w)}</small>" if not math.isnan(w) else ""
     # a kernel that fixes a parameter ran the case at its own value: not set against the other kernels
     fixed = f"<small>{esc(rec['fixed'])}</small>" if rec.get("fixed") else ""
-    return f'<td class="c"><span class="st s-{esc(rec["status"])}">{esc(rec["status"])}</span>{err}{x}{fixed}'
+    gpu = '<small class="gdis">differs by GPU</small>' if gdis else ""
+    return f'<td class="c"><span class="st s-{esc(rec["status"])}">{esc(rec["status"])}</span>{err}{x}{fixed}{gpu}'
+
+
+def _columns(df) -> tuple[list, str]:
+    """The matrix's columns: one per backend, or with several GPU models one per backend and model, a
+    kernel's models side by side.  Returns the column keys and their header cells."""
+    if not gpu_models.several(df):
+        backends = list(dict.fromkeys(df["backend"])) if len(df) else []
+        return backends, "".join(f"<th>{esc(b)}" for b in backends)
+    order = {m: k for k, m in enumerate(dict.fromkeys(df["gpu"]))}
+    pairs = sorted(dict.fromkeys(zip(df["backend"], df["gpu"], strict=True)),
+                   key=lambda bg: (list(dict.fromkeys(df["backend"])).index(bg[0]), order[bg[1]]))
+    return pairs, "".join(f"<th>{esc(b)}<small>{esc(gpu_models.label(g))}</small>" for b, g in pairs)
 
 
 def section(data) -> str:
     df = data.df
-    backends = list(dict.fromkeys(df["backend"])) if len(df) else []
-    if len(backends) < 2:
+    several = gpu_models.several(df)
+    columns, head = _columns(df)
+    if len(columns) < 2:
         return ""
-    cols = ["i", "case_id", "backend", "status", "worst", "dtype", "fixed"]
+    cols = ["i", "case_id", "backend", "gpu", "status", "worst", "dtype", "fixed"]
     by_case: dict[str, dict] = {}
     for rec in df[cols].to_dict("records"):
-        by_case.setdefault(rec["case_id"], {})[rec["backend"]] = rec
-    dis_lines, agree_lines = [], []
+        by_case.setdefault(rec["case_id"], {})[(rec["backend"], rec["gpu"]) if several else rec["backend"]] = rec
+    differ = getattr(data, "gpu_differ", None) or {}
+    dis_lines, agree_lines, n_gdis = [], [], 0
     devs = spreads(by_case, data.samples)
     for case_id, cells in by_case.items():
         dev = devs.get(case_id, {})
         statuses = {r["status"] for r in cells.values()} - {"unsupported"}
         dis = len(statuses) > 1 or any(v > 1 for v in dev.values())
-        line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"><td>{esc(case_id)}'
-                + "".join(_cell(cells.get(b), dev) for b in backends) + "</tr>")
+        gdis = {b for c, b in differ if c == case_id} if differ else set()
+        n_gdis += bool(gdis)
+        line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"'
+                + (f' data-gdis="{int(bool(gdis))}"' if several else "") + f'><td>{esc(case_id)}'
+                + "".join(_cell(cells.get(c), dev.get(c), several and c[0] in gdis) for c in columns) + "</tr>")
         (dis_lines if dis else agree_lines).append(line)
     lines = (dis_lines + agree_lines)[:MAX_LINES]
     any_failed = df["status"].isin(("fail", "error", "crash", "timeout", "harness_error")).any()
@@ -118,13 +142,17 @@ def section(data) -> str:
     left_out = len(by_case) - len(lines)
     note = (f'<span class="meta">{left_out:,} agreeing case(s) are left out of this file (at most {MAX_LINES:,} '
             f'lines, the disagreements first); the case table has every row.</span>' if left_out > 0 else "")
-    head = "".join(f"<th>{esc(b)}" for b in backends)
     checked = " checked" if only else ""
     table = fold(f'<table data-only="{int(only)}"><thead><tr><th>case{head}</thead>', lines, SHOWN, "case(s)", note)
     return (f'<div class="panel" id="matrix"><style>{CSS}</style><h2>Cases x backends</h2>'
-            f'<p class="meta">{len(by_case):,} case(s) on {len(backends)} backend(s); {len(dis_lines):,} where the '
+            f'<p class="meta">{len(by_case):,} case(s) on {len(columns)} {"backend x GPU model column" if several else "backend"}(s); {len(dis_lines):,} where the '
             f"backends disagree (different statuses, or a kernel further than its out bound from the other kernels "
             f"at 64 sampled positions). Per cell: status, worst error over bound against the oracle, and distance "
             f"from the kernels' median over the bound. "
             f'<label><input type="checkbox" id="only-dis" onchange="{FILTER_JS}"{checked}> only where they disagree'
-            f'</label></p>{table}</div>')
+            f'</label>{_gpu_filter(n_gdis) if several else ""}</p>{table}</div>')
+
+
+def _gpu_filter(n: int) -> str:
+    return (f' · <label><input type="checkbox" id="only-gdis" onchange="{GPU_FILTER_JS}"> only the {n:,} case(s) '
+            f"where a kernel's verdict differs between GPU models</label>")

@@ -12,7 +12,7 @@ import time
 from ..checks import BY_TENSOR, TENSORS
 from ..status import Status
 from ..summary import verified_backends
-from . import bench, drilldown, lead, matrix, svg
+from . import bench, drilldown, gpu_models, lead, matrix, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
 from .build import BAD, ReportData
@@ -146,7 +146,7 @@ def _metric(v, warning_only: bool = False) -> str:
             f'data-v="{v:.4g}">{ratio(v)}')
 
 
-def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
+def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool, with_gpu: bool = False) -> str:
     """One table line: kept lean, it is repeated up to 10,000 times."""
     s, mark = r["status"], r.get("mark", "")
     bad = s in BAD
@@ -165,7 +165,8 @@ def _case_row(r: dict, drill: set, with_mark: bool, with_backend: bool) -> str:
     cells.append(f'<td><span class="st s-{esc(s)}">{esc(s)}</span><td>{link}{note}'
                  f'<code>{esc(r.get("rerun", ""))}</code>')
     if with_backend:
-        cells.append(f'<td class="bk">{esc(r["backend"])}')
+        gpu = f'<small class="why">{esc(gpu_models.label(r.get("gpu") or ""))}</small>' if with_gpu else ""
+        cells.append(f'<td class="bk">{esc(r["backend"])}{gpu}')
     cells.append(f'<td>{esc(r["mode"])}<td>{esc(r["dtype"])}<td>{shape}')
     cells.extend(_metric(r.get(col), col in WARNING_ONLY) for col, _, _ in METRIC_COLUMNS)
     ms = r.get("kernel_ms")
@@ -184,7 +185,8 @@ def _order(df):
 
 def _case_table(data: ReportData) -> str:
     with_mark = data.baseline is not None
-    with_backend = data.df["backend"].nunique() > 1 if len(data.df) else False   # one backend: see Environment
+    with_gpu = gpu_models.several(data.df)                 # a kernel on several GPU models: say which ran it
+    with_backend = with_gpu or (data.df["backend"].nunique() > 1 if len(data.df) else False)   # else: Environment
     drill = set(data.drill)
     ordered = _order(data.df) if len(data.df) else data.df
     records = ordered.head(TABLE_ROWS).to_dict("records") if len(data.df) else []
@@ -196,12 +198,12 @@ def _case_table(data: ReportData) -> str:
         marks = f'<select id="mark"><option value="">any baseline mark</option>{opts}</select>'
     head = (("<th data-t='s'>vs baseline" if with_mark else "")
             + "<th data-t='s'>status<th data-t='s'>case · what failed · rerun command"
-            + ("<th data-t='s'>backend" if with_backend else "")
+            + (f"<th data-t='s'>backend{' · GPU' if with_gpu else ''}" if with_backend else "")
             + "<th data-t='s'>mode<th data-t='s'>dtype<th data-t='s' title='batch × heads × query tokens, page size'>"
               "shape"
             + "".join(f"<th data-t='n' title='{esc(tip)}'>{label}" for _, label, tip in METRIC_COLUMNS)
             + "<th data-t='n'>kernel<br>ms")
-    lines = [_case_row(r, drill, with_mark, with_backend) for r in records]
+    lines = [_case_row(r, drill, with_mark, with_backend, with_gpu) for r in records]
     # Only the first PAGE rows (worst first) are laid out; the rest wait in an inert <template>
     # that the page script draws from on filter, sort or "show more".  Without JS the worst
     # rows still show, and the file still holds every row.
@@ -247,7 +249,7 @@ def render(data: ReportData, title: str = "mla-verify report") -> str:
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>{esc(title)}: {verdict(data)}</title><style>{CSS}</style></head><body><main>"
-            + first + _cards(data) + _baseline(data) + matrix.section(data) + summary
+            + first + _cards(data) + _baseline(data) + gpu_models.section(data) + matrix.section(data) + summary
             + bench.section(data.extras.bench)
             + _case_table(data)
             + _drilldowns(data) + f"</main><div id='tip'></div><script>{JS}</script></body></html>")

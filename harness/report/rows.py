@@ -26,6 +26,16 @@ def row_key(row: dict) -> tuple:
     return row["case_id"], row.get("backend") or row.get("backend_spec") or "?"
 
 
+def gpu_model(row: dict) -> str:
+    """The GPU model a row ran on: its ``placement`` name, or for rows written before placement existed,
+    its environment's GPU; "" for a row run without a GPU."""
+    place = row.get("placement")
+    if isinstance(place, dict) and place.get("name"):
+        return str(place["name"])
+    env = row.get("env") if isinstance(row.get("env"), dict) else {}
+    return str(env.get("gpu") or "")
+
+
 def _text(value) -> str:
     return sys.intern(str(value)) if value is not None else "?"
 
@@ -41,6 +51,7 @@ def lean(row: dict) -> dict:
     backend = row_key(row)[1]
     rec = {
         "case_id": row["case_id"], "backend": _text(backend), "status": _text(row["status"]),
+        "gpu": sys.intern(gpu_model(row)),
         "suite": _text(row.get("suite") or row["case_id"].split("/")[0]), "group": row.get("group"),
         "mode": _text(row.get("mode") or "?"), "dtype": _text(row.get("dtype") or "?"),
         "batch_size": row.get("batch_size"), "heads": row.get("heads"), "s_q": row.get("s_q"),
@@ -141,7 +152,8 @@ def _reduce(path, keep, loaded: "Loaded") -> list[dict]:
 
 
 def load(paths, keep=None) -> Loaded:
-    """Read results files into lean records, the latest row of each case and backend.
+    """Read results files into lean records, the latest row of each case and backend (and GPU model, where
+    the rows come from several).
 
     ``keep(row, rec)`` may add more to a record while its whole row is at hand.
     """
@@ -156,8 +168,21 @@ def load(paths, keep=None) -> Loaded:
                 gc.enable()
         loaded.sources.append((path, len(records)))
         for rec in records:
-            key = (rec["case_id"], rec["backend"])
+            key = (rec["case_id"], rec["backend"], rec["gpu"])
             loaded.superseded += by_key.pop(key, None) is not None    # re-insert: order follows the latest row
             by_key[key] = rec
     loaded.records = list(by_key.values())
+    if len({rec["gpu"] for rec in loaded.records if rec["gpu"]}) <= 1:
+        _one_row_per_case(loaded)
     return loaded
+
+
+def _one_row_per_case(loaded: Loaded):
+    """With one GPU model, a later row of a case and backend supersedes an earlier one whatever ran it (a
+    CPU row by a GPU row).  With several, each model keeps its own row: the report sets them side by side."""
+    by_key = {}
+    for rec in loaded.records:                    # in the order of each one's latest row
+        key = (rec["case_id"], rec["backend"])
+        loaded.superseded += by_key.pop(key, None) is not None
+        by_key[key] = rec
+    loaded.records = list(by_key.values())
