@@ -108,8 +108,9 @@ details summary{cursor:pointer;color:var(--mute)}
 # into an inert <template>).  Filter and sort work on the array and its cached text, then
 # lay out only the first page of matches: cost stays flat from 100 to 10,000 rows.
 JS = r"""
-function refold(t){const keep=+t.dataset.keep,open=t.dataset.open==='1',only=t.dataset.only==='1',by=t.dataset.by||'dis';
-  let n=0;for(const r of t.tBodies[0].rows){const ok=!(only&&r.dataset[by]==='0');r.hidden=!ok||(!open&&n>=keep);if(ok)n++;}}
+function refold(t){const keep=+t.dataset.keep,open=t.dataset.open==='1',only=t.dataset.only==='1';
+  const by=t.dataset.by||'dis';let n=0;
+  for(const r of t.tBodies[0].rows){const ok=!(only&&r.dataset[by]==='0');r.hidden=!ok||(!open&&n>=keep);if(ok)n++;}}
 function unfold(b){const t=b.closest('p').previousElementSibling,open=t.dataset.open!=='1';
   t.dataset.open=open?'1':'0';refold(t);b.textContent=open?b.dataset.less:b.dataset.all;}
 function copyCmd(b){const c=b.previousElementSibling,done=()=>{b.textContent='copied';};

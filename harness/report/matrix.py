@@ -121,14 +121,16 @@ def section(data) -> str:
     by_case: dict[str, dict] = {}
     for rec in df[cols].to_dict("records"):
         by_case.setdefault(rec["case_id"], {})[(rec["backend"], rec["gpu"]) if several else rec["backend"]] = rec
-    differ = getattr(data, "gpu_differ", None) or {}
+    differ: dict[str, set] = {}                # case id -> backends whose verdict differs by GPU model
+    for case_id, backend in getattr(data, "gpu_differ", None) or {}:
+        differ.setdefault(case_id, set()).add(backend)
     dis_lines, agree_lines, n_gdis = [], [], 0
     devs = spreads(by_case, data.samples)
     for case_id, cells in by_case.items():
         dev = devs.get(case_id, {})
         statuses = {r["status"] for r in cells.values()} - {"unsupported"}
         dis = len(statuses) > 1 or any(v > 1 for v in dev.values())
-        gdis = {b for c, b in differ if c == case_id} if differ else set()
+        gdis = differ.get(case_id, ())
         n_gdis += bool(gdis)
         line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"'
                 + (f' data-gdis="{int(bool(gdis))}"' if several else "") + f'><td>{esc(case_id)}'
@@ -140,12 +142,13 @@ def section(data) -> str:
     if only:     # the file opens filtered: the agreeing lines are hidden until the box is cleared
         lines = [ln.replace("<tr", "<tr hidden", 1) if 'data-dis="0"' in ln else ln for ln in lines]
     left_out = len(by_case) - len(lines)
+    noun = "backend x GPU model column" if several else "backend"
     note = (f'<span class="meta">{left_out:,} agreeing case(s) are left out of this file (at most {MAX_LINES:,} '
             f'lines, the disagreements first); the case table has every row.</span>' if left_out > 0 else "")
     checked = " checked" if only else ""
     table = fold(f'<table data-only="{int(only)}"><thead><tr><th>case{head}</thead>', lines, SHOWN, "case(s)", note)
     return (f'<div class="panel" id="matrix"><style>{CSS}</style><h2>Cases x backends</h2>'
-            f'<p class="meta">{len(by_case):,} case(s) on {len(columns)} {"backend x GPU model column" if several else "backend"}(s); {len(dis_lines):,} where the '
+            f'<p class="meta">{len(by_case):,} case(s) on {len(columns)} {noun}(s); {len(dis_lines):,} where the '
             f"backends disagree (different statuses, or a kernel further than its out bound from the other kernels "
             f"at 64 sampled positions). Per cell: status, worst error over bound against the oracle, and distance "
             f"from the kernels' median over the bound. "
