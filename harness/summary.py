@@ -96,9 +96,35 @@ def time_breakdown(rows) -> dict:
     return totals
 
 
+def gpus_used(rows) -> list[tuple[int, str]]:
+    """(index, name) of each GPU the rows' ``placement`` names (``run --gpus``), by index."""
+    seen = {}
+    for r in rows:
+        place = r.get("placement")
+        if isinstance(place, dict) and isinstance(place.get("gpu"), int):
+            seen.setdefault((place["gpu"], place.get("uuid")), str(place.get("name") or "?"))
+    return sorted((index, name) for (index, _), name in seen.items())
+
+
+def gpus_text(gpus: list[tuple[int, str]]) -> str:
+    """'on 8 GPUs: 8x NVIDIA H200 (0-7)' or 'on 2 GPUs: NVIDIA H100 80GB HBM3 (0), NVIDIA H200 (1)'."""
+    by_name: dict[str, list[int]] = {}
+    for index, name in gpus:
+        by_name.setdefault(name, []).append(index)
+    parts = []
+    for name, indices in by_name.items():
+        run_of = len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1))
+        span = f"{indices[0]}-{indices[-1]}" if run_of else ", ".join(map(str, indices))
+        parts.append(f"{f'{len(indices)}x ' if len(indices) > 1 else ''}{name} ({span})")
+    return f"on {len(gpus)} GPUs: {'; '.join(parts)}"
+
+
 def time_line(summary) -> str:
     """Where the time went: each phase summed over this invocation's cases, and writing the rows."""
     phases = ", ".join(f"{name} {sec:.2f} s" for name, sec in time_breakdown(summary.rows).items())
     where = f"{summary.workers} worker process(es)" if summary.workers else "this process"
+    gpus = gpus_used(summary.rows)
+    if len(gpus) > 1:            # run --gpus: which GPUs the workers were spread over
+        where += f" {gpus_text(gpus)}"
     return (f"time: {summary.seconds:.1f} s wall in {where}; summed over cases: {phases}; "
             f"writing rows {summary.io_seconds:.2f} s")

@@ -10,6 +10,8 @@ import pytest
 from harness.cli import main as cli
 from harness.report import write_report
 from harness.report.rows import gpu_model
+from harness.runner import RunSummary
+from harness.summary import time_line
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 KERNEL = "kern"
@@ -110,3 +112,14 @@ def test_a_cpu_run_beside_one_gpu_model_is_one_model(base, tmp_path):
     gpu = write(tmp_path / "gpu.jsonl", [on_gpu(r, H200, 0) for r in good.values()])
     _, data = write_report([cpu, gpu], tmp_path / "r.html")
     assert len(data.df) == len(good) and data.superseded == len(good)    # the later (GPU) rows win
+
+
+def test_the_console_summary_names_the_gpus_the_run_used():
+    rows = [{"case_id": f"s/g/{k}", "phase_ms": {}, "placement": {"gpu": k % 3, "name": name, "uuid": f"GPU-{k % 3}"}}
+            for k, name in enumerate([H100, H200, H200] * 2)]
+    line = time_line(RunSummary(rows=rows, workers=6))
+    assert f"6 worker process(es) on 3 GPUs: {H100} (0); 2x {H200} (1, 2);" in line
+    one = time_line(RunSummary(rows=[dict(r, placement=rows[0]["placement"]) for r in rows], workers=2))
+    assert "2 worker process(es);" in one and "GPU" not in one        # one GPU: as before
+    eight = [{"phase_ms": {}, "placement": {"gpu": k, "name": H200, "uuid": f"GPU-{k}"}} for k in range(8)]
+    assert "on 8 GPUs: 8x NVIDIA H200 (0-7);" in time_line(RunSummary(rows=eight, workers=8))
