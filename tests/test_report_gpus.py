@@ -123,3 +123,16 @@ def test_the_console_summary_names_the_gpus_the_run_used():
     assert "2 worker process(es);" in one and "GPU" not in one        # one GPU: as before
     eight = [{"phase_ms": {}, "placement": {"gpu": k, "name": H200, "uuid": f"GPU-{k}"}} for k in range(8)]
     assert "on 8 GPUs: 8x NVIDIA H200 (0-7);" in time_line(RunSummary(rows=eight, workers=8))
+
+
+def test_the_baseline_matches_each_gpu_models_own_rows(base, tmp_path):
+    good, bad = base
+    case = sorted(set(bad) & set(good))[0]
+    old = tmp_path / "old"
+    old.mkdir()
+    h100, h200 = two_models(base, old, [])          # the baseline: the case failed on the H100 only
+    rows = [json.loads(line) for line in h100.read_text().splitlines()]
+    write(h100, [on_gpu(bad[case], H100, 0) if r["case_id"] == case else r for r in rows])
+    _, data = write_report(two_models(base, tmp_path, []), tmp_path / "r.html", baselines=[h100, h200])
+    marks = {(r["gpu"], r["mark"]) for r in data.df.to_dict("records") if r["case_id"] == case}
+    assert marks == {(H100, "fixed"), (H200, "")}

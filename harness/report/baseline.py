@@ -1,4 +1,5 @@
-"""Baseline diff: what changed against an older results file, matched by case id and backend.
+"""Baseline diff: what changed against an older results file, matched by case id and backend (and GPU
+model, where the current rows come from several: ``gpu_models``).
 
 Marks (one per current row):
   new failure      fails now (fail, error, crash, timeout); passed or was unsupported before
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..status import Status
+from . import gpu_models
 from .build import BAD, CHECKS
 
 PASS, UNSUPPORTED = Status.PASS.value, Status.UNSUPPORTED.value
@@ -48,7 +50,8 @@ def _growth(cur: pd.DataFrame, old: pd.DataFrame, factor: float, floor: float):
 
 def diff_against(df: pd.DataFrame, base: pd.DataFrame, factor: float = FACTOR, floor: float = FLOOR) -> dict:
     """Adds ``mark``, ``base_status`` and ``growth`` columns to ``df``; returns the diff's summary."""
-    keys = ["case_id", "backend"]
+    # rows from several GPU models: each model's row is set against the same model's baseline row
+    keys = ["case_id", "backend", "gpu"] if gpu_models.several(df) and "gpu" in base.columns else ["case_id", "backend"]
     old = base.drop_duplicates(keys, keep="last").set_index(keys)
     idx = pd.MultiIndex.from_frame(df[keys]) if len(df) else pd.MultiIndex.from_tuples([], names=keys)
     matched = old.reindex(idx)
@@ -65,8 +68,9 @@ def diff_against(df: pd.DataFrame, base: pd.DataFrame, factor: float = FACTOR, f
     df["mark"] = marks
     df["base_status"] = np.where(present, was, "")
     df["growth"] = growth
-    current = set(zip(df["case_id"], df["backend"], strict=True))
-    gone = [k for k in old.index if k not in current]
+    current = set(zip(*(df[k] for k in keys), strict=True))
+    # (case id, "backend" or "backend on GPU")
+    gone = [(k[0], " on ".join(x for x in k[1:] if x)) for k in old.index if k not in current]
     return {
         "marks": {m: int((marks == m).sum()) for m in MARKS},
         "gone": gone, "factor": factor, "floor": floor,
