@@ -23,7 +23,7 @@ def models(df: pd.DataFrame) -> list[str]:
     """The GPU models the rows ran on, in the order they first appear."""
     if not len(df) or "gpu" not in df.columns:
         return []
-    return [m for m in dict.fromkeys(df["gpu"]) if m]
+    return [m for m in df["gpu"].unique() if m]          # unique keeps the order of appearance
 
 
 def several(df: pd.DataFrame) -> bool:
@@ -51,8 +51,8 @@ def mark_contrasts(df: pd.DataFrame) -> dict[tuple, dict[str, str]]:
     """Adds ``gpu_vs`` to ``df``: for a row whose case goes differently on another GPU model, those models and
     their statuses (((model, status), ...)), else None.  Findings cluster on it.  Returns ``differing``."""
     diff = differing(df)
-    if not len(df):
-        df["gpu_vs"] = pd.Series(dtype=object)
+    if not diff:
+        df["gpu_vs"] = None
         return diff
 
     def contrast(case_id, backend, gpu):
