@@ -103,8 +103,9 @@ CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}
 SINKS = ("none", "random", "inf")
 # which context positions a query token's top-k lists (harness/sparse_inputs.py draws them): a random
 # subset, the most recent ones, a random subset with -1 holes inside, one with repeated positions, none,
-# random with the last third of the batch's requests all -1 (CUDA-graph / DP padding rows)
-INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid", "padded")
+# random with the last third of the batch's requests all -1 (CUDA-graph / DP padding rows), and a random
+# subset drawn for every row at once on the device, as FlashMLA's tests draw theirs ("batched")
+INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid", "padded", "batched")
 VERIFY_ROWS = ("flattened", "per_request")
 
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).

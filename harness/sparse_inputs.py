@@ -130,6 +130,34 @@ def row_patterns(case: Case, rows: list[tuple[int, int]]) -> list[str]:
     return ["invalid" if r >= first_padding else "random" for r, _ in rows]
 
 
+def host_drawn_indices(case: Case, rows: list, layout, host_gen: torch.Generator) -> torch.Tensor:
+    """Each row's slots, drawn row by row on the host (``positions_for``): ``(rows, topk)`` int32."""
+    r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
+    indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
+    for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
+        pos = positions_for(pattern, seen, case.topk, host_gen)
+        indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
+    return torch.from_numpy(indices)
+
+
+def batched_indices(case: Case, rows: list, layout, device: torch.device) -> torch.Tensor:
+    """The ``batched`` pattern: every row's key set in one draw on ``device``, as FlashMLA's tests draw
+    theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
+    row's positions), mapped to slots through ``req_to_token``.  ``(rows, topk)`` int32, on ``device``.
+    No per-row host work: FlashMLA's matrix has 1.3 million query rows."""
+    seen = torch.tensor([n for _, n in rows], dtype=torch.long).to(device)
+    owner = layout.req_pool_indices[[r for r, _ in rows]].long().to(device)
+    width = max(max(n for _, n in rows), case.topk)
+    gen = torch.Generator(device=device).manual_seed(case.seed + 3)
+    keys = torch.rand(len(rows), width, generator=gen, device=device)
+    keys.masked_fill_(torch.arange(width, device=device)[None, :] >= seen[:, None], -torch.inf)
+    pos = keys.topk(case.topk, dim=-1).indices
+    valid = pos < seen[:, None]
+    table = layout.req_to_token.to(device)[owner]                                  # (rows, max_context)
+    slots = table.gather(1, torch.where(valid, pos, torch.zeros_like(pos)).clamp_max(table.shape[1] - 1))
+    return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)
+
+
 def engine_shape(case: Case) -> int:
     """Query tokens per kernel row: SGLang flattens verify (1); vLLM keeps a request's drafts together."""
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
@@ -146,12 +174,9 @@ def build(case: Case, device) -> SparseCase:
                       pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
     rows = query_rows(case, seq_lens)
     s_q = engine_shape(case)
-    r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
-    indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
-    for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
-        pos = positions_for(pattern, seen, case.topk, host_gen)
-        indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
-    host_indices = torch.from_numpy(indices).view(len(rows) // s_q, s_q, case.topk)
+    drawn = batched_indices(case, rows, layout, device) if case.index_pattern == "batched" else None
+    host_indices = (drawn.cpu() if drawn is not None else host_drawn_indices(case, rows, layout, host_gen)
+                    ).view(len(rows) // s_q, s_q, case.topk)
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
     cache = cache.view(-1, s_q).amax(dim=1).to(torch.int32)
@@ -160,6 +185,8 @@ def build(case: Case, device) -> SparseCase:
     # the sink travels as its float32 bits: one int32 transfer carries everything
     sent = to_device([host_indices, cache, layout.req_to_token, slots]
                      + ([sink.float().view(torch.int32)] if sink is not None else []), device)
+    if drawn is not None and device.type != "cpu":
+        sent[0] = drawn.view(host_indices.shape)          # already there: the copy sent is not used
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)

@@ -37,3 +37,38 @@ def test_the_matrix_has_upstreams_counts():
     assert {c.sink for c in cases} == {"inf", "none"}
     assert sum(c.index_pattern == "invalid" for c in cases) > 0
     assert len({c.id for c in cases}) == len(cases) and len({c.seed for c in cases}) == len(cases)
+
+
+def _case(**kw):
+    from harness.cases import Case, validate_case
+    fields = dict(id="sparse/t/0", seed=5, scenario="sparse", topk=64, heads=16, batch_size=4,
+                  seqlen="list:0,30,64,500", index_pattern="batched")
+    return validate_case(Case(**{**fields, **kw}), "test")
+
+
+def test_batched_indices_are_distinct_positions_each_row_sees_and_reproducible():
+    import torch
+
+    from harness.sparse_inputs import build
+    case = _case(mode="verify", draft_tokens=2, verify_rows="per_request")
+    first, again = build(case, "cpu"), build(case, "cpu")
+    assert torch.equal(first.indices, again.indices)
+    r2t = first.inputs.req_to_token
+    for row, seen in enumerate(first.seen):
+        req, token = divmod(row, 2)
+        listed = first.indices[req, token]
+        valid = listed[listed >= 0]
+        assert len(valid) == min(seen, case.topk) and len(set(valid.tolist())) == len(valid)
+        assert bool((listed[len(valid):] == -1).all())                   # -1 only as a tail
+        pool_row = int((r2t == valid[0]).nonzero()[0, 0]) if len(valid) else 0
+        assert set(valid.tolist()) <= set(r2t[pool_row, :seen].tolist())
+
+
+def test_the_views_share_one_oracle_answer_only_where_their_keys_are_equal():
+    from harness.sparse_inputs import build
+    from harness.sparse_oracle import expected_views
+    ue8m0 = expected_views(build(_case(kv_scales="ue8m0"), "cpu"), ("bf16_product", "exact"))
+    assert ue8m0["exact"] is ue8m0["bf16_product"]
+    amax = expected_views(build(_case(kv_scales="amax"), "cpu"), ("bf16_product", "exact"))
+    assert amax["exact"] is not amax["bf16_product"]
+    assert not (amax["exact"][1].nan_to_num() == amax["bf16_product"][1].nan_to_num()).all()
