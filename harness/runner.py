@@ -8,7 +8,6 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 (``harness/scenarios/``).
 """
 
-import argparse
 import functools
 import time
 from dataclasses import dataclass, field
@@ -18,10 +17,13 @@ import torch
 from . import chunk, isolation, placement, resources
 from .cases import Case
 from .chunk import result_row, run_chunk
+from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
+from .memory_gate import MemoryGate
 from .outcome import Outcome
 from .phases import KERNEL
 from .results import ResultsWriter
 from .status import Status, gates, verdict_of
+from .worker_pool import WorkerPool
 
 
 def default_device() -> str:
@@ -47,41 +49,6 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     if refused is not None:
         return result_row(case, backend, backend_spec, device, refused).to_json()
     return run_chunk([case], backend, backend_spec, device)[0]
-
-
-MAX_TIMEOUTS = 3      # consecutive timeouts that stop a backend's run (``--max-timeouts``)
-
-
-def timeout_limit(text: str) -> int:
-    """``--max-timeouts``' value: a count, 0 or more (argparse turns the error into one line)."""
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, got {text!r}")
-    return limit
-
-
-@dataclass
-class CircuitBreaker:
-    """Gives up on a backend after ``limit`` timeouts in a row (0: never).  Each hung case costs the whole
-    ``--timeout``: a kernel that hangs on everything would otherwise hold a run for hours.  Once tripped
-    it stays tripped, whatever rows still arrive from cases already in flight."""
-
-    limit: int = MAX_TIMEOUTS
-    streak: int = 0
-
-    @property
-    def tripped(self) -> bool:
-        return self.limit > 0 and self.streak >= self.limit
-
-    def see(self, row: dict):
-        if not self.tripped:
-            self.streak = self.streak + 1 if row["status"] == Status.TIMEOUT else 0
-
-    def reason(self) -> str:
-        return f"not run: {self.limit} consecutive timeouts on this backend, --max-timeouts {self.limit}"
 
 
 @dataclass
@@ -118,7 +85,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
               memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
-              sets: list | None = None) -> RunSummary:
+              sets: list | None = None, pool: WorkerPool | None = None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -132,7 +99,12 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     without being run (``CircuitBreaker``; 0 runs every case whatever happens).
     ``sets``: a ``placement.WorkerSet`` per GPU (``run --gpus``), ``workers`` processes each, each gated by
     its GPU's memory; a case must fit the GPU with the least.  Without, one set on the default device.
+    ``pool``: the invocation's ``WorkerPool`` (its spares); without, one of this call's, closed at its end.
     """
+    if pool is None:
+        with WorkerPool() as own:
+            return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
+                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own)
     from tqdm import tqdm
 
     skip_ids = skip_ids or set()
@@ -160,7 +132,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         return result_row(case, backend, backend_spec, device, Outcome.lost(Status(status), reason)).to_json()
 
     if memory is None:
-        isolation.stop_spares()      # spares and earlier workers with a device context of their own
+        pool.stop_spares()      # spares and earlier workers with a device context of their own
         memory = resources.available_bytes(device)
     available, measured = memory      # once: a verdict must not depend on the moment
     sets = sets or [placement.WorkerSet()]
@@ -175,14 +147,14 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     summary.workers = max(summary.workers, workers * len(sets))
     cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
     for s in sets:
-        s.memory = isolation.MemoryGate(cost, _set_budget(device, s, available, max(workers, 1), len(sets)))
+        s.memory = MemoryGate(cost, _set_budget(device, s, available, max(workers, 1), len(sets)))
     budget = min(s.memory.budget for s in sets)
     # a chunk never holds more than the machine can give all workers' chunks at once
     chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
     if workers:
         never_run = isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
                                            workers=workers, timeout_s=timeout_s,
-                                           stop=lambda: breaker.tripped, sets=sets)
+                                           stop=lambda: breaker.tripped, sets=sets, pool=pool)
     else:
         never_run = []
         for cases_together in chunks:

@@ -21,7 +21,8 @@ PACKAGES = ("reference", "harness")
 LAYERS = [
     ["harness.cli", "harness.commands"],
     ["harness.report", "harness.selfcheck", "harness.bench", "harness.summary", "harness.junit"],
-    ["harness.runner", "harness.isolation", "harness.chunk", "harness.backend_loader", "harness.shards"],
+    ["harness.runner", "harness.isolation", "harness.worker", "harness.worker_pool", "harness.worker_process",
+     "harness.memory_gate", "harness.circuit_breaker", "harness.chunk", "harness.backend_loader", "harness.shards"],
     ["harness.placement", "harness.gpus", "harness.gpu_memory"],
     ["harness.mutants"],
     ["harness.scenarios"],

@@ -468,9 +468,10 @@ def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):
 def test_free_memory_is_measured_before_any_spare_is_told_to_load(tmp_path, in_repo, monkeypatch):
     """A spare makes its CUDA context once told its job: measured after, the free memory (and so a
     too-large verdict) would depend on how far the spares had got."""
-    from harness import gpu_memory, isolation, resources
+    from harness import gpu_memory, resources
+    from harness.worker_pool import WorkerPool
     calls = []
-    real_measure, real_tell = resources.available_bytes, isolation.load_in_spare
+    real_measure, real_tell = resources.available_bytes, WorkerPool.load_in_spare
     real_nvml = gpu_memory.free_memory
     monkeypatch.setattr(resources, "available_bytes", lambda device: calls.append("measure") or real_measure(device))
 
@@ -480,7 +481,7 @@ def test_free_memory_is_measured_before_any_spare_is_told_to_load(tmp_path, in_r
             calls.append("measure")
         return got
     monkeypatch.setattr(gpu_memory, "free_memory", nvml)
-    monkeypatch.setattr(isolation, "load_in_spare", lambda *job: calls.append("tell") or real_tell(*job))
+    monkeypatch.setattr(WorkerPool, "load_in_spare", lambda *job: calls.append("tell") or real_tell(*job))
     code, _, err = run("--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
                        "--out", tmp_path / "r.jsonl", workers="1")
     assert code == 0, err

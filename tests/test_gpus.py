@@ -12,6 +12,8 @@ from helpers import run_cli
 from harness import gpus, placement
 from harness.errors import InputError
 from harness.isolation import MemoryGate, hand_out
+from harness.worker import State, WorkerState
+from harness.worker_process import EMPTY_CACHE
 
 SMI = textwrap.dedent("""\
     GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)
@@ -73,26 +75,17 @@ def test_default_workers_share_the_cores_out_over_the_gpus():
     assert gpus.workers_per_gpu(16, 1, 4, 4) == 4 and gpus.workers_per_gpu(2, 1, 4, 4) == 1
 
 
-class FakeWorker:
+class FakeWorker(WorkerState):
     """A worker as ``hand_out`` sees it, in a worker set."""
 
     def __init__(self, place, cache=0, chunk=None, holds=0):
-        self.place, self.ready, self.emptying, self.emptied, self.told = place, True, False, True, []
+        super().__init__(place)
+        self.told = []
         self.cache, self.chunk, self.holds = cache, chunk, holds
+        self.state = State.BUSY if chunk is not None else State.IDLE
 
-    idle = lambda self: self.ready and self.chunk is None and not self.emptying   # noqa: E731
-    footprint = lambda self: self.holds + self.cache                                # noqa: E731
-
-    def send(self, chunk, holds):
-        self.told.append(chunk)
-        self.chunk, self.holds = chunk, holds
-
-    def empty_cache(self):
-        self.told.append("empty")
-        self.emptying = True
-
-    def retire(self):
-        self.told.append("retire")
+    def post(self, message):
+        self.told.append("retire" if message is None else "empty" if message == EMPTY_CACHE else message)
 
 
 def test_the_memory_gate_counts_only_the_workers_of_the_same_gpu():

@@ -8,13 +8,13 @@ And a crash on an illegal memory access names the command that shows the stray a
 
 import dataclasses
 import io
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from harness import cli, gpu_memory, isolation, phases
+from harness import cli, gpu_memory, phases, worker_pool
 from harness.cases import Case
+from harness.commands import run_cmd
 from harness.inputs import generate, host_copy, write_slots
 from harness.pool import allocate
 from harness.runner import RunSummary
@@ -110,9 +110,9 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
 
 @pytest.mark.parametrize("argv, gpu, wanted", [
     (["run", "--suite", "smoke"], False, 1),
-    (["run", "--suite", "smoke"], True, isolation.default_workers("cuda")),
+    (["run", "--suite", "smoke"], True, worker_pool.default_workers("cuda")),
     (["run", "--suite", "smoke", "--device", "cpu"], True, 1),
-    (["run", "--suite", "smoke", "--device=cuda"], False, isolation.default_workers("cuda")),
+    (["run", "--suite", "smoke", "--device=cuda"], False, worker_pool.default_workers("cuda")),
     (["run", "--suite", "smoke", "--workers", "0"], True, 0),
     (["run", "--suite", "smoke", "--workers=0"], False, 0),
     (["run", "--suite", "smoke", "--workers", "2"], False, 2),
@@ -122,8 +122,17 @@ def test_phase_clock_on_the_cpu_times_each_phase_on_the_host():
     ([], False, 0),
 ])
 def test_spare_workers_are_started_for_the_workers_a_run_will_want(argv, gpu, wanted, monkeypatch):
-    monkeypatch.setattr(isolation, "gpu_present", lambda: gpu)
-    assert cli._spares_wanted(cli._run_options(argv)) == wanted
+    """``run`` parses its options with argparse, then starts its spares; any other command, help and bad
+    input start none."""
+    started = []
+    monkeypatch.setattr(worker_pool, "gpu_present", lambda: gpu)
+    monkeypatch.setattr(worker_pool.WorkerPool, "start_spares", lambda self, count, **how: started.append(count))
+    monkeypatch.setattr(run_cmd, "run", lambda args, pool, at_start: 0)
+    try:
+        cli.main(argv)
+    except SystemExit:          # --help
+        pass
+    assert (started or [0]) == [wanted]
 
 
 @pytest.mark.parametrize("argv, free, measured, warm", [
@@ -137,9 +146,9 @@ def test_free_memory_is_asked_of_nvml_before_spares_that_warm_up_at_once(argv, f
     and the run is handed the measure; anywhere else they wait to be told, as before."""
     asked, started, handed = [], [], []
     monkeypatch.setattr(gpu_memory, "free_memory", lambda: asked.append(1) or free)
-    monkeypatch.setattr(isolation, "start_spares", lambda count, warm=False: started.append(warm))
-    args = SimpleNamespace(func=lambda args: handed.append(args.memory_at_start) or 0)
-    monkeypatch.setattr(cli, "build_parser", lambda only: SimpleNamespace(parse_args=lambda argv: args))
+    monkeypatch.setattr(worker_pool.WorkerPool, "start_spares", lambda self, count, warm=False, pins=(None,):
+                        started.append(warm))
+    monkeypatch.setattr(run_cmd, "run", lambda args, pool, at_start: handed.append(at_start.whole) or 0)
     assert cli.main(argv) == 0
     assert bool(asked) == measured and started == ([] if warm is None else [warm])
     assert handed == [free if measured else None]
@@ -207,9 +216,9 @@ def test_without_nvml_the_run_measures_with_torch(monkeypatch):
 
 def test_gpu_workers_are_one_per_four_cores_at_most_four(monkeypatch):
     for cores, wanted in ((2, 1), (8, 2), (16, 4), (128, 4)):
-        monkeypatch.setattr(isolation.os, "cpu_count", lambda cores=cores: cores)
-        assert isolation.default_workers("cuda") == wanted
-        assert isolation.default_workers("cpu") == 1
+        monkeypatch.setattr(worker_pool.os, "cpu_count", lambda cores=cores: cores)
+        assert worker_pool.default_workers("cuda") == wanted
+        assert worker_pool.default_workers("cpu") == 1
 
 
 def test_a_crash_on_an_illegal_access_names_the_memcheck_rerun():

@@ -15,7 +15,7 @@ import time
 import pytest
 from helpers import REPO
 
-from harness import isolation
+from harness import worker_pool
 from harness.status import EXIT_INTERRUPTED
 
 SLOW = textwrap.dedent('''
@@ -66,7 +66,7 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
 def test_a_worker_interrupted_while_it_starts_carries_on_quietly():
     """A worker still importing when Ctrl-C comes prints nothing and keeps going: it starts with SIGINT
     ignored, and the parent stops it."""
-    spare = isolation.spawn()
+    spare = worker_pool.spawn()
     try:
         os.kill(spare.proc.pid, signal.SIGINT)        # at once: the worker is still starting
         time.sleep(0.5)
@@ -81,13 +81,13 @@ def test_a_worker_interrupted_while_it_starts_carries_on_quietly():
 
 
 def test_ctrl_c_at_exit_kills_what_is_left_without_a_traceback(monkeypatch):
-    spare = isolation.spawn()
-    monkeypatch.setattr(isolation, "_spares", [spare])
+    pool = worker_pool.WorkerPool()
+    pool.spares = [spare := worker_pool.spawn()]
 
     def interrupted():
         raise KeyboardInterrupt
-    monkeypatch.setattr(isolation, "stop_spares", interrupted)
-    isolation._stop_all()                               # raises nothing
+    monkeypatch.setattr(pool, "stop_spares", interrupted)
+    pool.close()                                        # raises nothing
     spare.proc.join(timeout=10)
     assert spare.proc.exitcode == -signal.SIGKILL
     spare.conn.close()

@@ -83,35 +83,37 @@ def test_a_finished_worker_is_reaped_after_the_run_not_waited_for_in_it(tmp_path
     from harness import isolation
     from harness.cases import load_suite
     from harness.chunk import run_chunk
+    from harness.worker_pool import WorkerPool
     cases = load_suite("smoke").cases[:2]
     rows = []
-    isolation.reap()                 # workers earlier tests retired
-    isolation.run_isolated([cases], "torch", "cpu", rows.append, None, run_chunk, workers=1)
-    assert [r["case_id"] for r in rows] == [c.id for c in cases]
-    retired = list(isolation._retiring)
-    assert len(retired) == 1
-    isolation.reap()
-    assert not isolation._retiring and retired[0].exitcode == 0     # it stopped on its own, not killed
+    with WorkerPool() as pool:
+        isolation.run_isolated([cases], "torch", "cpu", rows.append, None, run_chunk, workers=1, pool=pool)
+        assert [r["case_id"] for r in rows] == [c.id for c in cases]
+        retired = list(pool.retiring)
+        assert len(retired) == 1
+        pool.reap()
+        assert not pool.retiring and retired[0].exitcode == 0     # it stopped on its own, not killed
 
 
 def test_a_gpu_worker_gets_one_thread_and_a_cpu_worker_the_parents_count():
     import torch
 
-    from harness import isolation
-    assert isolation.worker_job("torch", "cuda", None)[2] == 1
-    assert isolation.worker_job("torch", "cpu", None)[2] == torch.get_num_threads()
+    from harness.worker_process import worker_job
+    assert worker_job("torch", "cuda", None)[2] == 1
+    assert worker_job("torch", "cpu", None)[2] == torch.get_num_threads()
 
 
 def test_only_as_many_spares_as_the_run_uses_are_told_to_load(monkeypatch):
     """A spare told its job loads the backend and makes a CUDA context: one the run will not use must not."""
     from types import SimpleNamespace
 
-    from harness import isolation
+    from harness.worker_pool import Spare, WorkerPool
     sent = []
-    spares = [isolation._Spare(SimpleNamespace(is_alive=lambda: True), SimpleNamespace(send=sent.append), None)
+    spares = [Spare(SimpleNamespace(is_alive=lambda: True), SimpleNamespace(send=sent.append), None)
               for _ in range(4)]
-    monkeypatch.setattr(isolation, "_spares", spares)
-    isolation.load_in_spare(("job",), 2)
+    pool = WorkerPool()
+    pool.spares = spares
+    pool.load_in_spare(("job",), 2)
     assert sent == [("job",)] * 2 and [s.job for s in spares] == [("job",), ("job",), None, None]
 
 
@@ -216,16 +218,16 @@ def test_a_worker_reports_its_cache_with_its_rows_and_empties_it_when_told():
     import signal
     from types import SimpleNamespace
 
-    from harness import isolation
+    from harness import worker_process
     from harness.cases import load_suite
     from harness.chunk import run_chunk
     cases = load_suite("smoke").cases[:1]
     parent, child = mp.Pipe()
-    for message in (isolation.worker_job("torch", "cpu", run_chunk), cases, isolation.EMPTY_CACHE, None):
+    for message in (worker_process.worker_job("torch", "cpu", run_chunk), cases, worker_process.EMPTY_CACHE, None):
         parent.send(message)
     handler = signal.getsignal(signal.SIGINT)
     try:
-        isolation.serve(child, SimpleNamespace(value=-1))
+        worker_process.serve(child, SimpleNamespace(value=-1))
     finally:
         signal.signal(signal.SIGINT, handler)
     assert parent.recv() == ("ready", None)

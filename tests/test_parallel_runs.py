@@ -18,6 +18,8 @@ from harness.cases import parse_suite
 from harness.inputs import cache_seqlens_for, draw_seq_lens
 from harness.results import ResultsWriter, read_rows
 from harness.runner import run_cases
+from harness.worker import State, WorkerState
+from harness.worker_process import EMPTY_CACHE
 
 SUITE = """
 [suite]
@@ -94,26 +96,17 @@ def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_what_others_hold
     assert MemoryGate().pick([9], others=5) == 0             # no gate: first come
 
 
-class FakeWorker:
+class FakeWorker(WorkerState):
     """A worker as ``hand_out`` sees it, with what it was told."""
 
     def __init__(self, cache=0, chunk=None, holds=0, emptied=False):
-        self.ready, self.emptying, self.told = True, False, []
-        self.cache, self.chunk, self.holds, self.emptied = cache, chunk, holds, emptied
+        super().__init__()
+        self.told = []
+        self.cache, self.chunk, self.holds = cache, chunk, holds
+        self.state = State.BUSY if chunk is not None else State.IDLE if emptied else State.CACHED
 
-    idle = lambda self: self.ready and self.chunk is None and not self.emptying   # noqa: E731
-    footprint = lambda self: self.holds + self.cache                                # noqa: E731
-
-    def send(self, chunk, holds):
-        self.told.append(chunk)
-        self.chunk, self.holds, self.emptied = chunk, holds, False
-
-    def empty_cache(self):
-        self.told.append("empty")
-        self.emptying = True
-
-    def retire(self):
-        self.told.append("retire")
+    def post(self, message):
+        self.told.append("retire" if message is None else "empty" if message == EMPTY_CACHE else message)
 
 
 def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
@@ -128,15 +121,15 @@ def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
     todo = [[7]]
     hand_out(todo, [taker, keeper], gate)
     assert keeper.told == ["empty"] and taker.told == ["empty"] and todo == [[7]]
-    keeper.emptying = taker.emptying = False
-    keeper.cache, keeper.emptied, taker.emptied = 1, True, True
+    keeper.cache_emptied(1)
+    taker.cache_emptied(taker.cache)
     hand_out(todo, [taker, keeper], gate)          # now it fits
     assert taker.told == ["empty", [7]] and keeper.told == ["empty", "retire"] and todo == []
     # a chunk that fits nothing waits for the others' caches, then runs alone
     big, other = FakeWorker(emptied=True), FakeWorker(cache=3)
     hand_out([[12]], [big, other], gate)
     assert other.told == ["empty"] and big.told == []
-    other.emptying, other.emptied = False, True
+    other.cache_emptied(other.cache)
     todo = [[12]]
     hand_out(todo, [big, other], gate)
     assert [12] in big.told + other.told and todo == []

@@ -2,26 +2,22 @@
 
 import sys
 import time
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from .. import cases as case_mod
-from .. import gpu_memory, gpus, isolation, junit, placement, resources, shards
-from ..backend_loader import load_backend
-from ..backends import KERNELS, expand_specs
-from ..chunk import CHUNK_CASES, run_chunk
-from ..environment import mla_verify_version
+from .. import gpu_memory, gpus, junit, placement, shards
+from ..circuit_breaker import MAX_TIMEOUTS, timeout_limit
 from ..errors import InputError
-from ..fixed_params import hashed_definition
-from ..results import ResultsWriter, case_hash, check_distinct_outputs, check_output_path, why_run_again
-from ..runner import MAX_TIMEOUTS, RunSummary, default_device, run_cases, timeout_limit
-from ..status import Status
+from ..results import ResultsWriter, check_distinct_outputs, check_output_path
 from ..summary import print_summary
+from ..worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
+from .run_resume import kept_on_resume, previous_rows  # noqa: F401  (previous_rows: for tests and callers)
+from .run_start import MeasuredAtStart, start_spares
 
-# Rows --resume keeps.  A crash, timeout, error or harness error may be transient (a killed
-# process, a full GPU), so those cases run again and their new row supersedes the old one.
-# A kept row also has to be this kernel's, on this case definition, by this mla-verify (why_run_again).
-KEPT_ON_RESUME = (Status.PASS.value, Status.FAIL.value, Status.UNSUPPORTED.value)
+# Light at import (no torch, nothing that imports it): the parser is built, and the spares started
+# (``run_start``), before ``main`` makes the heavy imports.  ``--chunk``'s default is ``chunk.CHUNK_CASES``,
+# which imports torch: the number is repeated here, and a test holds the two equal.
+CHUNK_CASES = 32
 
 
 def add_parser(sub):
@@ -41,7 +37,7 @@ def add_parser(sub):
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--workers", type=int, default=None,
                    help=f"worker processes per GPU that run the kernel (default: the host's cores shared out over "
-                        f"the GPUs, one per {isolation.CORES_PER_GPU_WORKER} cores, at most {isolation.GPU_WORKERS} "
+                        f"the GPUs, one per {CORES_PER_GPU_WORKER} cores, at most {GPU_WORKERS} "
                         f"a GPU; on the CPU 1); 0 runs in this process, without crash isolation")
     p.add_argument("--gpus", default=None, metavar="all|0,2,5",
                    help="the GPUs to use, by nvidia-smi index: one set of workers pinned to each (default all; "
@@ -60,39 +56,17 @@ def add_parser(sub):
 
 
 def load_suites(spec: str):
+    from .. import cases as case_mod
     names = [s for s in spec.split(",") if s.strip()]
     if not names:
         raise InputError("--suite: no suite given")
     return [case_mod.load_suite(n.strip()) for n in names]
 
 
-def previous_rows(rows: list[dict], backend, cases: list) -> tuple[list[dict], int, Counter]:
-    """What --resume keeps of ``rows``: the latest row of each asked-for case on this backend, when its
-    status is kept and it was made by this kernel, on this case definition, by this mla-verify.  Also
-    how many cases have a row, and why those that would be kept but for their identity run again."""
-    by_id = {c.id: c for c in cases}
-    latest = {}
-    for row in rows:
-        if row.get("backend") == backend.name and row["case_id"] in by_id:
-            latest[row["case_id"]] = row
-    info, version = backend.info(), mla_verify_version()
-    # a kernel that fixes a parameter ran the case at its own value: its rows hash what ran
-    declared = getattr(getattr(backend, "capabilities", None), "fixed_softmax_scale", None)
-    kept, changed = [], Counter()
-    for case_id, row in latest.items():
-        if row["status"] not in KEPT_ON_RESUME:
-            continue
-        reason = why_run_again(row, info, case_hash(hashed_definition(by_id[case_id], declared)), version)
-        if reason is None:
-            kept.append(row)
-        else:
-            changed[reason] += 1
-    return kept, len(latest), changed
-
-
 def is_real_kernel(spec: str) -> bool:
     """Whether ``spec`` names a real kernel for ``--require-kernel``: a kernel, or an engine profile of one
     (``flashmla@sglang-0.5.23`` calls FlashMLA as that engine does)."""
+    from ..backends import KERNELS
     return spec in KERNELS or spec.partition("@")[0] in KERNELS
 
 
@@ -118,17 +92,18 @@ def check_writable(path: str):
 
 
 def main(args) -> int:
+    """The run: spares started first (before torch is imported), then everything else; the run's worker
+    processes are stopped and reaped on the way out, whatever happens."""
+    with WorkerPool() as pool:
+        at_start = start_spares(args, pool)
+        return run(args, pool, at_start)
+
+
+def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
+    from ..runner import RunSummary
     suites = load_suites(args.suite)
-    shard = shards.parse(args.shard) if args.shard is not None else None
-    cases = case_mod.select(suites, args.case)
-    selected = len(cases)
-    if shard is not None:
-        cases = shards.take(cases, *shard)
-    device = args.device or default_device()
-    if device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device is available here")
+    cases, selected, shard = _cases(args, suites)
+    device = _device(args)
     sets = worker_sets(args, device)
     if args.chunk < 1:
         raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
@@ -138,59 +113,28 @@ def main(args) -> int:
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     check_outputs(args, path)
-    specs, auto_notes = expand_specs(args.backend, device)
-    for note in auto_notes:
-        print(f"mla-verify: auto: {note}", file=sys.stderr)
-    if args.require_kernel and not any(is_real_kernel(s) for s in specs):
-        raise InputError("--require-kernel: no real kernel will be verified here ("
-                         + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
+    specs, auto_notes = _backend_specs(args, device)
     memory, measuring_s = None, 0.0
     if args.workers:
-        # the spares (cli) load the first backend and make their CUDA context while this process prepares
-        # the run.  Free memory is measured first, so it never depends on how far they got: by the cli
-        # before the spares started, where NVML can say (gpu_memory), else here, before they are told
-        at_start = getattr(args, "memory_at_start", None) if device == "cuda" else None
-        per_gpu = _per_gpu_memory(args, sets) if device == "cuda" and sets[0].pin is not None else None
-        if per_gpu is not None:
-            memory, measuring_s = per_gpu
-        elif at_start is not None:
-            *memory, measuring_s = at_start
-        else:
-            t0 = time.perf_counter()
-            memory = resources.available_bytes(device)
-            measuring_s = time.perf_counter() - t0
-        isolation.load_in_spare(isolation.worker_job(specs[0], device, run_chunk), args.workers * len(sets))
+        memory, measuring_s = _memory_before_the_spares_load(device, sets, at_start)
+        from ..chunk import run_chunk
+        from ..worker_process import worker_job
+        pool.load_in_spare(worker_job(specs[0], device, run_chunk), args.workers * len(sets))
+    from ..backend_loader import load_backend
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
-    resuming = bool(args.resume) and Path(args.resume).exists()
     summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
     row_extra = {"selection": auto_notes}
     if shard is not None:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)
         print(f"mla-verify: shard {shards.label(*shard)}: {len(cases)} of the {selected} case(s)", file=sys.stderr)
+    the_run = _Run(args, suites, cases, device, sets, summary, row_extra, path,
+                   bool(args.resume) and Path(args.resume).exists(), pool, at_start)
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
-            if memory is None and device == "cuda" and sets[0].pin is not None:
-                isolation.stop_spares()          # the last backend's workers gone, each GPU measured again
-                measured = _per_gpu_memory(args, sets)
-                memory = measured[0] if measured else None
-            kept, recorded, changed = previous_rows(writer.rows_before, backend, cases) if resuming else ([], 0, {})
-            summary.previous.extend(kept)
-            if resuming:
-                transient = recorded - len(kept) - sum(changed.values())
-                print(f"mla-verify: resume: {path} records {recorded} of these cases on {backend.name}; "
-                      f"{len(kept)} kept ({_tally(kept)}), {transient} crash/timeout/error row(s) run again"
-                      + _changed_note(changed), file=sys.stderr)
-            print(f"mla-verify: {len(cases) - len(kept)} case(s) from {', '.join(s.name for s in suites)} on "
-                  f"backend {backend.name} ({device}); results -> {path}", file=sys.stderr)
-            run_cases(cases, backend, spec, device, writer, skip_ids={r["case_id"] for r in kept},
-                      progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
-                      timeout_s=args.timeout, summary=summary, row_extra=row_extra,
-                      chunk_cases=args.chunk, memory=memory, max_timeouts=args.max_timeouts, sets=sets)
+            _run_backend(the_run, writer, spec, backend, memory)
             memory = None        # the next backend's run measures for itself
-            args.gpu_memory_at_start = None
-            for s in sets:
-                s.lost, s.deaths = None, 0
+            at_start.per_gpu = None
     # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
@@ -198,11 +142,98 @@ def main(args) -> int:
     return summary.verdict.exit_code
 
 
+def _cases(args, suites):
+    """The cases asked for, how many were selected before ``--shard``, and the shard (or None)."""
+    from .. import cases as case_mod
+    shard = shards.parse(args.shard) if args.shard is not None else None
+    cases = case_mod.select(suites, args.case)
+    selected = len(cases)
+    if shard is not None:
+        cases = shards.take(cases, *shard)
+    return cases, selected, shard
+
+
+def _device(args) -> str:
+    """``--device``, else cuda when torch sees one; cuda asked for where there is none is bad input."""
+    import torch
+
+    from ..runner import default_device
+    device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available here")
+    return device
+
+
+def _backend_specs(args, device: str) -> tuple[list[str], list[str]]:
+    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to."""
+    from ..backends import expand_specs
+    specs, auto_notes = expand_specs(args.backend, device)
+    for note in auto_notes:
+        print(f"mla-verify: auto: {note}", file=sys.stderr)
+    if args.require_kernel and not any(is_real_kernel(s) for s in specs):
+        raise InputError("--require-kernel: no real kernel will be verified here ("
+                         + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")
+    return specs, auto_notes
+
+
+def _memory_before_the_spares_load(device: str, sets, at_start: MeasuredAtStart):
+    """Free memory for the run and the seconds measuring took.  The spares load the first backend and
+    make their CUDA context while this process prepares the run, so free memory is measured first and
+    never depends on how far they got: before the spares started, where NVML could say
+    (``run_start``), else here, before they are told what to load."""
+    per_gpu = _per_gpu_memory(sets, at_start) if device == "cuda" and sets[0].pin is not None else None
+    if per_gpu is not None:
+        return per_gpu
+    whole = at_start.whole if device == "cuda" else None
+    if whole is not None:
+        return whole[:2], whole[2]
+    from .. import resources
+    t0 = time.perf_counter()
+    memory = resources.available_bytes(device)
+    return memory, time.perf_counter() - t0
+
+
+@dataclass
+class _Run:
+    """What every backend of one ``run`` shares."""
+    args: object
+    suites: list
+    cases: list
+    device: str
+    sets: list
+    summary: object
+    row_extra: dict
+    path: str
+    resuming: bool
+    pool: WorkerPool
+    at_start: MeasuredAtStart
+
+
+def _run_backend(r: _Run, writer, spec: str, backend, memory):
+    """One backend's cases, written to ``writer``; on resume, its rows kept from the file are not run again."""
+    from ..runner import run_cases
+    if memory is None and r.device == "cuda" and r.sets[0].pin is not None:
+        r.pool.stop_spares()          # the last backend's workers gone, each GPU measured again
+        measured = _per_gpu_memory(r.sets, r.at_start)
+        memory = measured[0] if measured else None
+    kept = kept_on_resume(writer, backend, r.cases, r.path) if r.resuming else []
+    r.summary.previous.extend(kept)
+    print(f"mla-verify: {len(r.cases) - len(kept)} case(s) from {', '.join(s.name for s in r.suites)} on "
+          f"backend {backend.name} ({r.device}); results -> {r.path}", file=sys.stderr)
+    args = r.args
+    run_cases(r.cases, backend, spec, r.device, writer, skip_ids={row["case_id"] for row in kept},
+              progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
+              timeout_s=args.timeout, summary=r.summary, row_extra=r.row_extra, chunk_cases=args.chunk,
+              memory=memory, max_timeouts=args.max_timeouts, sets=r.sets, pool=r.pool)
+    for s in r.sets:
+        s.lost, s.deaths = None, 0
+
+
 def worker_sets(args, device: str) -> list:
     """One ``placement.WorkerSet`` per GPU the run uses (``--gpus``), and ``args.workers`` settled: per GPU."""
     set_plan, note = gpus.plan(args.gpus, device)
     if args.workers is None:
-        args.workers = isolation.default_workers(device, len(set_plan))
+        args.workers = default_workers(device, len(set_plan))
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
     if args.workers == 0 and set_plan[0][0] is not None:     # pinned: only a worker can be
@@ -213,12 +244,12 @@ def worker_sets(args, device: str) -> list:
     return [placement.WorkerSet(pin, record) for pin, record in set_plan]
 
 
-def _per_gpu_memory(args, sets) -> tuple[tuple[int, str], float] | None:
-    """Each GPU's free memory for its set's gate, as NVML said before the spares started (the cli), else
+def _per_gpu_memory(sets, at_start: MeasuredAtStart) -> tuple[tuple[int, str], float] | None:
+    """Each GPU's free memory for its set's gate, as NVML said before the spares started (``run_start``), else
     now, before any spare is told its job; and the least of them, which every case must fit.  None where
     NVML cannot say: the run then measures with torch, on its default GPU, for every set."""
     t0 = time.perf_counter()
-    found = getattr(args, "gpu_memory_at_start", None) or gpu_memory.free_memory_of(
+    found = at_start.per_gpu or gpu_memory.free_memory_of(
         [s.placement["gpu"] for s in sets])
     if found is None:
         return None
@@ -226,18 +257,3 @@ def _per_gpu_memory(args, sets) -> tuple[tuple[int, str], float] | None:
         s.available = found[s.placement["gpu"]][0]
     least = min(sets, key=lambda s: s.available)
     return found[least.placement["gpu"]], time.perf_counter() - t0
-
-
-def _changed_note(changed: Counter) -> str:
-    """Why rows that would be kept run again: not made by this kernel, case definition or mla-verify."""
-    if not changed:
-        return ""
-    reasons = ", ".join(f"{reason} ({n})" for reason, n in changed.most_common())
-    return f", {sum(changed.values())} run again as their identity changed: {reasons}"
-
-
-def _tally(rows) -> str:
-    counts = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"

@@ -1,0 +1,46 @@
+"""``run``'s first moves, made before this process imports torch: free memory measured, spare workers started.
+
+A spare's imports and CUDA context (seconds) then overlap this process's own imports and preparation.
+Free memory is measured first, where NVML can say (``gpu_memory``), so a too-large verdict never depends
+on how far the spares have got.  Nothing here imports torch: ``run_cmd.main`` calls ``start_spares``
+before its heavy imports.
+"""
+
+from dataclasses import dataclass
+
+from .. import gpu_memory, gpus, worker_pool
+
+
+@dataclass
+class MeasuredAtStart:
+    """Free memory measured before any spare could make a CUDA context; None where it was not."""
+    whole: tuple[int, str, float] | None = None               # the one GPU (``gpu_memory.free_memory``)
+    per_gpu: dict[int, tuple[int, str]] | None = None         # each GPU of ``--gpus`` (``free_memory_of``)
+
+
+def spares_wanted(workers: int | None, device: str, sets: int = 1) -> int:
+    """How many workers per GPU ``run`` with crash isolation (the default) will start: ``--workers`` as
+    given, else the default for ``device`` over ``sets`` GPUs.  0 for ``--workers 0``."""
+    if workers is not None:
+        return max(workers, 0)
+    return worker_pool.default_workers(device, sets)
+
+
+def start_spares(args, pool: worker_pool.WorkerPool) -> MeasuredAtStart:
+    """Start ``run``'s spare workers in ``pool``, one set per GPU it uses, measuring free memory first
+    where NVML can say; returns what was measured.  The device is the driver's guess (no torch yet):
+    ``--device``, else cuda where an NVIDIA GPU is visible."""
+    device = args.device or ("cuda" if worker_pool.gpu_present() else "cpu")
+    sets = gpus.plan(args.gpus, device)[0]
+    spares = spares_wanted(args.workers, device, len(sets))
+    measured = MeasuredAtStart()
+    if not spares:
+        return measured
+    if device == "cuda" and sets[0][0] is None:
+        measured.whole = gpu_memory.free_memory()
+    elif device == "cuda":
+        measured.per_gpu = gpu_memory.free_memory_of([record["gpu"] for _, record in sets])
+    pins = [pin for pin, _ in sets]
+    warm = measured.whole is not None or measured.per_gpu is not None
+    pool.start_spares(spares, warm=warm, pins=pins)     # pins [None]: one set on the default device
+    return measured

@@ -1,0 +1,164 @@
+"""Worker processes, owned for the length of a run: the spares waiting to be used and the workers retiring.
+
+Spares are started before this process imports torch (``run``'s ``main`` starts them first thing), so
+the worker's imports, most of its start, overlap the parent's; they are told what to load as soon as
+the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.  This module imports
+nothing heavy at the top for that reason.  A ``WorkerPool`` is used as a context manager: on the way out
+(an exit, an error or a Ctrl-C) it stops the spares nobody took and reaps the workers that retired.
+"""
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import threading
+from dataclasses import dataclass
+
+from .worker_process import serve
+
+# Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
+# out.  On the H200's 16 cores the flashmla-upstream matrix ran at 224 cases/s with 1 worker, 274 with 2 and
+# 313-348 with 3 to 8 (docs/gpu-runs.md, 2026-12-03, fourth session); one per 4 cores, at most 4.
+GPU_WORKERS = 4
+CORES_PER_GPU_WORKER = 4
+
+
+def default_workers(device: str, gpus: int = 1) -> int:
+    """Worker processes per GPU for a run on ``device`` over ``gpus`` GPUs that did not ask for a number:
+    the host's cores shared out over the GPUs.  On the CPU one: there the oracle's arithmetic is the
+    work, spread over the process's threads already."""
+    if device != "cuda":
+        return 1
+    return max(1, min(GPU_WORKERS, (os.cpu_count() or 1) // CORES_PER_GPU_WORKER // max(gpus, 1)))
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA GPU is visible, asked of the driver without importing torch (for the spares)."""
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
+@dataclass
+class Spare:
+    proc: object
+    conn: object
+    progress: object
+    job: tuple | None = None          # what it was told to load, once told
+    pin: str | None = None            # the GPU it sees alone (``serve``), None: the default device
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a worker starts.  A Ctrl-C at the terminal reaches every process of the group;
+    a worker inherits the ignored disposition (Python leaves an ignored SIGINT ignored), so one still
+    importing prints no traceback.  The parent, interrupted, stops its workers itself."""
+    if threading.current_thread() is not threading.main_thread():     # only the main thread may set it
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def spawn(warm: bool = False, pin: str | None = None) -> Spare:
+    """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once;
+    with ``pin`` it sees that GPU alone."""
+    ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
+    conn, child_conn = ctx.Pipe()
+    progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
+    proc = ctx.Process(target=serve, args=(child_conn, progress, warm, pin), daemon=True)
+    with _sigint_ignored():
+        proc.start()
+    child_conn.close()
+    return Spare(proc, conn, progress, pin=pin)
+
+
+class WorkerPool:
+    """The worker processes of one run that are not at work: spares, and workers retiring.
+
+    ``retiring``: workers whose every row has arrived, told to stop.  Their exit (tearing down a CUDA
+    context, most of a second) is not waited for inside the run, only before the next run measures free
+    memory (``stop_spares``) and when the pool closes (``reap``).
+    """
+
+    def __init__(self):
+        self.spares: list[Spare] = []
+        self.retiring: list = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start_spares(self, count: int, warm: bool = False, pins=(None,)):
+        """Have ``count`` spare workers waiting for each of ``pins`` (a worker set's GPU, ``serve``), starting
+        those missing now, the sets' in turn.  ``warm``: free memory has been measured already, so they make
+        their CUDA contexts as soon as torch is imported."""
+        for _ in range(count):
+            for pin in pins:
+                alive = sum(spare.proc.is_alive() and spare.pin == pin for spare in self.spares)
+                if alive < count:
+                    self.spares.append(spawn(warm, pin))
+
+    def load_in_spare(self, job: tuple, count: int):
+        """Tell up to ``count`` waiting spares what to load (``worker_job``), ahead of their use.  Spares not
+        told are stopped when the pool closes (without a device context, unless they made one at start)."""
+        for spare in self.spares:
+            if count > 0 and spare.job is None and spare.proc.is_alive():
+                spare.conn.send(job)
+                spare.job = job
+                count -= 1
+
+    def worker_for(self, job: tuple, pin: str | None = None) -> Spare:
+        """A live spare on ``pin``'s GPU told (or now told) to load ``job``, else a new worker told so."""
+        while True:
+            mine = [s for s in self.spares if s.pin == pin]
+            if not mine:
+                spare = spawn(pin=pin)
+                break
+            spare = mine[0]
+            self.spares.remove(spare)
+            if spare.proc.is_alive() and spare.job in (None, job):
+                break
+            spare.proc.kill()
+            spare.conn.close()
+        if spare.job is None:
+            spare.conn.send(job)
+            spare.job = job
+        return spare
+
+    def retire(self, proc):
+        """A worker told to stop: its exit is waited for later (``reap``)."""
+        self.retiring.append(proc)
+
+    def stop_spares(self):
+        """A spare has run nothing and holds nothing that matters: it is killed, not waited for.  Retired
+        workers are then reaped."""
+        while self.spares:
+            spare = self.spares.pop()
+            spare.proc.kill()
+            spare.proc.join()
+            spare.conn.close()
+        self.reap()
+
+    def reap(self):
+        """Wait for retired workers to exit (kill one that does not), so the memory they held is free again."""
+        while self.retiring:
+            proc = self.retiring.pop()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def close(self):
+        """Stop the spares and reap retired workers.  A Ctrl-C meanwhile kills what is left, quietly."""
+        try:
+            self.stop_spares()
+        except KeyboardInterrupt:
+            for proc in [spare.proc for spare in self.spares] + self.retiring:
+                proc.kill()
