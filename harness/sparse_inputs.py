@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from reference.sparse import ROW_BLOCK_ELEMENTS
+
 from .cases import Case
 from .errors import InputError
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
@@ -198,6 +200,23 @@ def build(case: Case, device) -> SparseCase:
         indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[4].view(torch.float32) if sink is not None else None,
         req_to_token=sent[2], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
     return SparseCase(inputs, host_indices, [seen for _, seen in rows], list(seq_lens))
+
+
+def estimated_bytes(case: Case) -> dict[str, int]:
+    """A sparse case's peak device bytes by part, and their ``total``: the records, the tokens drawn and
+    quantized (bf16 draws, then float32 tiles, their abs, the scaled values and their clamp: about 20 bytes
+    an element), the bf16 copy of the whole pool the prefill-kernel adapters dequantize, and the oracle's
+    float64 block of gathered keys (``reference.sparse.ROW_BLOCK_ELEMENTS``) with its scores and output."""
+    fmt = FORMATS[case.kv_format]
+    total = cache_seqlens_for(case, draw_seq_lens(case))
+    layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
+    rows = len(query_rows(case, list(draw_seq_lens(case))))
+    parts = {"records": layout_pages * fmt.page_bytes(case.page_size),
+             "draws": sum(total) * case.d_qk * 20,
+             "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
+             "oracle": ROW_BLOCK_ELEMENTS * 8 * 3 + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
+    parts["total"] = sum(parts.values())
+    return parts
 
 
 def output_buffer(inputs: SparseInputs) -> torch.Tensor:

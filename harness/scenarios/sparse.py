@@ -18,7 +18,8 @@ from ..compare import check_tensor, describe_failure, expected_lse_for
 from ..integrity import Witness, changed_flags
 from ..outcome import Outcome
 from ..phases import KERNEL, KernelTime, phase, settle
-from ..sparse_inputs import SparseCase, build, output_buffer, validate_indices
+from ..resources import CPU_FRACTION, CUDA_FRACTION, GiB, available_bytes
+from ..sparse_inputs import SparseCase, build, estimated_bytes, output_buffer, validate_indices
 from ..sparse_oracle import expected_views
 from ..tolerances import TOLERANCES
 from ._common import _survived, lse_base_e, reject_malformed
@@ -32,6 +33,9 @@ def run(case, backend, device) -> Outcome:
                                    "for dense paged MLA only")
     caps = backend.sparse_capabilities
     reason = caps.reason_unsupported(case, torch.device(device).type)
+    if reason is not None:
+        return Outcome.unsupported(reason)
+    reason = too_large(case, device)
     if reason is not None:
         return Outcome.unsupported(reason)
     with phase("inputs"):
@@ -55,6 +59,21 @@ def run(case, backend, device) -> Outcome:
         warnings=[f"{OTHER_VIEW[caps.kv_dequant]} view (not gating): " + describe_failure(case.id, c)
                   for c in other if not c.passed],
         details=details, kernel_ms=float(kernel_time))
+
+
+def too_large(case, device) -> str | None:
+    """The sparse case's own size estimate (``sparse_inputs.estimated_bytes``) against this machine's
+    budget, as ``resources`` budgets dense cases: over it, the numbers, before anything is allocated."""
+    kind = torch.device(device).type
+    available, measured = available_bytes(device)
+    budget = int(available * (CUDA_FRACTION if kind == "cuda" else CPU_FRACTION))
+    need = estimated_bytes(case)
+    if need["total"] <= budget:
+        return None
+    detail = ", ".join(f"{k} {v / GiB:.1f}" for k, v in need.items() if k != "total")
+    return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), over "
+            f"the {budget / GiB:.1f} GiB budget ({CUDA_FRACTION if kind == 'cuda' else CPU_FRACTION:.0%} "
+            f"of {measured})")
 
 
 def launch(backend, scase: SparseCase):

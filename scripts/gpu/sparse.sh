@@ -43,6 +43,13 @@ for b in sorted({r["backend"] for r in rows}):
             print("  ", r["case_id"], r["status"], (r.get("messages") or [r.get("reason")])[0][:300])
 PY
 
+# SCALE=1: also the sparse-scale suite on FlashMLA's sparse decode (cases over the memory budget are unsupported)
+if [ "${SCALE:-0}" = 1 ]; then
+  timeout 900 $PY -m harness.cli run --suite sparse-scale --device cuda --out "$OUT/sparse-scale.jsonl" --no-progress \
+    --backend flashmla-sparse 2>&1 | tail -12 | tee -a "$log"
+fi
+
 $PY -m pytest -q -p no:cacheprovider -rs tests/test_sparse_reference.py tests/test_sparse_cache.py \
-  tests/test_sparse_scenario.py tests/test_sparse_backends.py tests/test_sparse_mutants.py 2>&1 | tee "$OUT/sparse-tests.log" | tail -15
+  tests/test_sparse_scenario.py tests/test_sparse_backends.py tests/test_sparse_mutants.py \
+  tests/test_sparse_upstream.py tests/test_sparse_scale.py 2>&1 | tee "$OUT/sparse-tests.log" | tail -15
 echo "sparse tests exit: ${PIPESTATUS[0]}" | tee -a "$log"

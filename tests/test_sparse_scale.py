@@ -1,0 +1,34 @@
+"""sparse-scale: serving-size sparse cases; one too large for the machine is unsupported with the numbers."""
+
+from harness.backends.torch_backend import TorchBackend
+from harness.cases import load_suite
+from harness.scenarios import run
+from harness.sparse_inputs import estimated_bytes
+from harness.status import Status
+
+
+def test_the_suite_covers_the_issues_scale():
+    cases = load_suite("sparse-scale").cases
+    assert {c.topk for c in cases} == {2048} and {c.heads for c in cases} == {64, 128}
+    assert max(c.batch_size for c in cases) >= 512 and min(c.batch_size for c in cases) >= 8
+    assert any(c.seqlen == "equal:163840" for c in cases) and {c.dtype for c in cases} == {"bf16"}
+    assert {c.kv_format for c in cases} == {"v32", "v4"} and any(c.mode == "verify" for c in cases)
+
+
+def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything_is_built(monkeypatch):
+    case = next(c for c in load_suite("sparse").cases if c.id == "sparse/corners/0")
+    need = estimated_bytes(case)
+    assert need["total"] == sum(v for k, v in need.items() if k != "total") > 0
+    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (need["total"], "a test's"))
+    outcome = run(case, TorchBackend(), "cpu")           # half of it is the CPU budget: too large
+    assert outcome.status is Status.UNSUPPORTED
+    assert "too large for this machine" in outcome.reason and "draws" in outcome.reason
+    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (4 * need["total"], "a test's"))
+    assert run(case, TorchBackend(), "cpu").status is Status.PASS
+
+
+def test_the_estimate_grows_with_the_tokens_written():
+    small, large = (next(c for c in load_suite("sparse-scale").cases if c.id == f"sparse-scale/decode-batch/{i}")
+                    for i in (0, 2))                  # batches of 128 and 512, same length distribution
+    assert large.batch_size == 4 * small.batch_size
+    assert estimated_bytes(large)["draws"] > 3 * estimated_bytes(small)["draws"]
