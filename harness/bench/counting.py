@@ -8,6 +8,12 @@
   the KV is read once per KV head (V is the first d_v of the same latent, not read again), plus
   q read and out written once.  The LSE (4 bytes a row) is left out, as FlashMLA leaves it out.
 
+A sparse call (``count_sparse``) is counted as FlashMLA's sparse-decoding test counts it
+(``lib.count_flop_and_mem_vol_for_decode``, 9241ae3): ``FLOPs = 2 * b * s_q * h_q * topk * (d_qk + d_v)``
+(every listed entry attended, -1 included, as upstream); ``bytes = distinct slots listed * record bytes
++ q + out`` in bf16, the record 656 bytes (V3.2) or 576 (V4: upstream's figure, without the 8 scale bytes
+of the 584-byte slot).  Upstream's ``indices.unique()`` also counts -1 as one token; here -1 is not read.
+
 A result is memory-bound when its intensity (FLOP/byte) is below the ridge point
 (matmul rate / copy bandwidth), compute-bound otherwise; its % of ceiling is taken
 against the ceiling that bounds it.
@@ -65,6 +71,18 @@ def count_inputs(inputs, capabilities) -> Work:
                  seqlens_total=int(inputs.cache_seqlens.sum()), d_qk=inputs.q.shape[3], d_v=inputs.d_v,
                  kv_bytes=inputs.kv_pool.element_size(), q_bytes=q_element_bytes(inputs, capabilities),
                  out_bytes=out_element_bytes(inputs, capabilities))
+
+
+SPARSE_RECORD_BYTES = {"v32": 656, "v4": 576}     # FlashMLA's kv_token_size: 656 if d_qk == 576 else 576
+
+
+def count_sparse(inputs, indices) -> Work:
+    """One sparse call: ``inputs`` a ``SparseInputs`` (q as the model's heads), ``indices`` its index tensor."""
+    n, s_q, heads, d_qk = inputs.q.shape
+    flops = 2 * n * s_q * heads * inputs.topk * (d_qk + inputs.d_v)
+    slots = int(indices[indices >= 0].unique().numel())
+    q, out = n * s_q * heads * d_qk * 2, n * s_q * heads * inputs.d_v * 2
+    return Work(flops=float(flops), bytes=float(slots * SPARSE_RECORD_BYTES[inputs.kv_format] + q + out))
 
 
 def ridge(copy_bytes_per_s: float, matmul_flop_per_s: float) -> float:

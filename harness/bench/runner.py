@@ -20,6 +20,7 @@ from ..phases import PhaseError
 from ..status import Status
 from ..tolerances import TOLERANCES
 from . import counting, crosscheck, launchers, timing
+from .sparse import bench_sparse
 
 CPU_NOTE = "CPU wall-clock timing: these are not GPU numbers"
 
@@ -94,6 +95,9 @@ def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptio
 
 def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, options: BenchOptions) -> dict:
     started = time.perf_counter()
+    if case.scenario == "sparse":          # its own inputs and entry point (bench/sparse.py)
+        outcome, bench = bench_sparse(case, backend, device, ceilings, options, gpu_kernel_times, CPU_NOTE)
+        return _row(case, backend, spec, device, outcome, bench, started)
     bench = None
     try:
         reason = backend.unsupported_reason(case, device)
@@ -119,6 +123,10 @@ def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, optio
     elif bench is None:
         bench = {"timed": False, "why": f"failed verification ({outcome.reason}): a wrong kernel has no speed"}
         outcome.kernel_ms = None
+    return _row(case, backend, spec, device, outcome, bench, started)
+
+
+def _row(case, backend, spec: str, device: str, outcome, bench: dict, started: float) -> dict:
     row = ResultRow(case, BackendIdentity.of(backend, spec), device, environment.describe(), outcome,
                     rerun_command(case, spec, device), time.perf_counter() - started,
                     extra={"kind": "bench", "bench": bench})
