@@ -105,72 +105,92 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         with WorkerPool() as own:
             return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
                              summary, row_extra, chunk_cases, memory, max_timeouts, sets, own)
-    from tqdm import tqdm
-
     skip_ids = skip_ids or set()
     todo = [c for c in cases if c.id not in skip_ids]
     summary = RunSummary() if summary is None else summary
     started = time.perf_counter()
-    bar = tqdm(total=len(todo), desc=f"{backend.name}", unit="case", disable=not progress,
-               dynamic_ncols=True, mininterval=0.5)
-    not_passed = 0
-    breaker = CircuitBreaker(max_timeouts)
-
-    def record(row: dict):
-        nonlocal not_passed
-        breaker.see(row)
-        row.update(row_extra or {})
-        t0 = time.perf_counter()
-        writer.write(row)
-        summary.io_seconds += time.perf_counter() - t0
-        summary.rows.append(row)
-        not_passed += gates(row["status"])
-        bar.set_postfix_str(f"not passed {not_passed}", refresh=False)
-        bar.update(1)
-
-    def lost_row(case, status: str, reason: str) -> dict:
-        return result_row(case, backend, backend_spec, device, Outcome.lost(Status(status), reason)).to_json()
-
+    rec = _Recorder(backend, backend_spec, device, writer, summary, row_extra, len(todo), progress,
+                    CircuitBreaker(max_timeouts))
     if memory is None:
         pool.stop_spares()      # spares and earlier workers with a device context of their own
         memory = resources.available_bytes(device)
-    available, measured = memory      # once: a verdict must not depend on the moment
     sets = sets or [placement.WorkerSet()]
+    summary.workers = max(summary.workers, workers * len(sets))
+    chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases)
+    if workers:
+        never_run = isolation.run_isolated(chunks, backend_spec, device, rec.record, rec.lost_row, run_chunk,
+                                           workers=workers, timeout_s=timeout_s,
+                                           stop=lambda: rec.breaker.tripped, sets=sets, pool=pool)
+    else:
+        never_run = _run_here(chunks, rec, sets[0])
+    for case in never_run:
+        rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
+    rec.bar.close()
+    summary.seconds += time.perf_counter() - started
+    return summary
+
+
+class _Recorder:
+    """Where a backend's rows go: the results file, the summary, the progress bar and the breaker."""
+
+    def __init__(self, backend, backend_spec, device, writer, summary, row_extra, total, progress, breaker):
+        from tqdm import tqdm
+        self.backend, self.backend_spec, self.device = backend, backend_spec, device
+        self.writer, self.summary, self.row_extra, self.breaker = writer, summary, row_extra, breaker
+        self.bar = tqdm(total=total, desc=f"{backend.name}", unit="case", disable=not progress,
+                        dynamic_ncols=True, mininterval=0.5)
+        self.not_passed = 0
+
+    def record(self, row: dict):
+        self.breaker.see(row)
+        row.update(self.row_extra or {})
+        t0 = time.perf_counter()
+        self.writer.write(row)
+        self.summary.io_seconds += time.perf_counter() - t0
+        self.summary.rows.append(row)
+        self.not_passed += gates(row["status"])
+        self.bar.set_postfix_str(f"not passed {self.not_passed}", refresh=False)
+        self.bar.update(1)
+
+    def row(self, case, outcome) -> dict:
+        return result_row(case, self.backend, self.backend_spec, self.device, outcome).to_json()
+
+    def lost_row(self, case, status: str, reason: str) -> dict:
+        return self.row(case, Outcome.lost(Status(status), reason))
+
+
+def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) -> list:
+    """The chunks to run: cases refused here recorded at once, each set's memory gate built, and the
+    rest planned into chunks no larger than the machine can give all workers' chunks at once."""
+    backend, device = rec.backend, rec.device
+    available, measured = memory      # once: a verdict must not depend on the moment
     available, measured = _least(sets, available, measured)
     runnable = []
     for case in todo:
         refused = precheck(case, backend, device, available, measured)
         if refused is not None:
-            record(result_row(case, backend, backend_spec, device, refused).to_json())
+            rec.record(rec.row(case, refused))
         else:
             runnable.append(case)
-    summary.workers = max(summary.workers, workers * len(sets))
     cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
     for s in sets:
-        s.memory = MemoryGate(cost, _set_budget(device, s, available, max(workers, 1), len(sets)))
+        s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
     budget = min(s.memory.budget for s in sets)
-    # a chunk never holds more than the machine can give all workers' chunks at once
-    chunks = chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
-    if workers:
-        never_run = isolation.run_isolated(chunks, backend_spec, device, record, lost_row, run_chunk,
-                                           workers=workers, timeout_s=timeout_s,
-                                           stop=lambda: breaker.tripped, sets=sets, pool=pool)
-    else:
-        never_run = []
-        for cases_together in chunks:
-            if breaker.tripped:
-                never_run.extend(cases_together)
-                continue
-            for row in run_chunk(cases_together, backend, backend_spec, device):
-                if sets[0].placement is not None:
-                    row["placement"] = sets[0].placement
-                record(row)
-    for case in never_run:
-        record(lost_row(case, Status.TIMEOUT, breaker.reason()))
-    bar.close()
-    summary.seconds += time.perf_counter() - started
-    return summary
+    return chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
 
+
+def _run_here(chunks, rec: _Recorder, place) -> list:
+    """``--workers 0``: every chunk in this process; returns the cases the breaker kept from running."""
+    never_run = []
+    for cases_together in chunks:
+        if rec.breaker.tripped:
+            never_run.extend(cases_together)
+            continue
+        for row in run_chunk(cases_together, rec.backend, rec.backend_spec, rec.device):
+            if place.placement is not None:
+                row["placement"] = place.placement
+            rec.record(row)
+    return never_run
 
 
 def _least(sets, available: int, measured: str) -> tuple[int, str]:
