@@ -3,7 +3,7 @@
 ``run`` measures free memory once, before any of its processes touches the device, so a
 too-large verdict never depends on how far its workers have got.  Asking NVML takes no
 context, so the measure can come first thing, and the workers can make their contexts while
-this process is still importing torch (``isolation.start_spares``).  NVML is asked only where
+this process is still importing torch (``commands/run_start.start_spares``).  NVML is asked only where
 it is plain which GPU the run will use: one GPU, not in MIG mode, and ``CUDA_VISIBLE_DEVICES``
 unset or ``0``; anywhere else the answer is None and the run measures with torch, as before.
 """

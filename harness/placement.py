@@ -1,6 +1,6 @@
 """Worker sets, one per GPU, and what happens to a GPU's cases when its worker dies (``run --gpus``).
 
-Each set has its workers pinned to one GPU (``isolation.serve``) and a memory gate of its own, so
+Each set has its workers pinned to one GPU (``worker_process.serve``) and a memory gate of its own, so
 a chunk is admitted beside what that GPU's workers hold, never another's.  A worker that dies, or
 loses its CUDA context, on a run over several GPUs charges none of its cases at once: each runs again
 alone, on another GPU (``Rerun``), and its row says why (``rerun_after: "gpu 2 lost: ..."``).  A case
@@ -21,7 +21,7 @@ class WorkerSet:
     pin: str | None = None            # CUDA_VISIBLE_DEVICES of its workers; None: the default device
     placement: dict | None = None     # what its rows record (``gpus.Gpu.placement``)
     available: int | None = None      # free bytes measured on its GPU, for its memory gate
-    memory: object = None             # its ``isolation.MemoryGate``
+    memory: object = None             # its ``memory_gate.MemoryGate``
     deaths: int = 0                   # workers lost in a row, no row between
     lost: str | None = None           # why it is out of the run
 
