@@ -214,7 +214,8 @@ def estimated_bytes(case: Case) -> dict[str, int]:
     parts = {"records": layout_pages * fmt.page_bytes(case.page_size),
              "draws": sum(total) * case.d_qk * 20,
              "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
-             "oracle": ROW_BLOCK_ELEMENTS * 8 * 3 + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
+             "oracle": min(ROW_BLOCK_ELEMENTS, rows * case.topk * case.d_qk) * 8 * 3
+             + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
     parts["total"] = sum(parts.values())
     return parts
 
