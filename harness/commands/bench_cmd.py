@@ -4,13 +4,10 @@ import sys
 import time
 from pathlib import Path
 
-from .. import cases as case_mod
-from ..backend_loader import load_backend
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..results import ResultsWriter
-from ..runner import default_device
 from ..status import gates
-from .run_cmd import load_suites
+from .run_cmd import device_asked, load_suites
 
 GPU_ITERS, CPU_ITERS = (50, 5), (5, 1)     # (timed iterations, warm-up) by device
 
@@ -39,6 +36,7 @@ def add_parser(sub):
 
 
 def select_cases(suites, spec: str | None):
+    from .. import cases as case_mod
     cases = case_mod.select(suites, None)
     if not spec:
         return cases
@@ -54,6 +52,7 @@ def select_cases(suites, spec: str | None):
 
 def load_backends(spec: str) -> list:
     """Each named backend that loads; one that does not is a printed line, not an abort (unless none load)."""
+    from ..backend_loader import load_backend
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise InputError("--backend: no backend given")
@@ -79,11 +78,7 @@ def main(args) -> int:
     from ..bench import ceilings as ceilings_mod
     from ..bench import crosscheck, output
     from ..bench.runner import CPU_NOTE, BenchOptions, run_bench
-
-    device = args.device or default_device()
-    import torch
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available here")
+    device = device_asked(args.device)
     _check_positive("--iters", args.iters)
     if args.warmup is not None and args.warmup < 0:
         raise InputError(f"--warmup: must be 0 or more, got {args.warmup}")

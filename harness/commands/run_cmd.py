@@ -103,7 +103,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     from ..runner import RunSummary
     suites = load_suites(args.suite)
     cases, selected, shard = _cases(args, suites)
-    device = _device(args)
+    device = device_asked(args.device)
     sets = worker_sets(args, device)
     if args.chunk < 1:
         raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
@@ -153,12 +153,13 @@ def _cases(args, suites):
     return cases, selected, shard
 
 
-def _device(args) -> str:
-    """``--device``, else cuda when torch sees one; cuda asked for where there is none is bad input."""
+def device_asked(asked: str | None) -> str:
+    """``--device`` as asked, else cuda when torch sees one; cuda asked for where there is none is bad
+    input (``run``, ``selfcheck`` and ``bench`` alike)."""
     import torch
 
     from ..runner import default_device
-    device = args.device or default_device()
+    device = asked or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available here")
     return device

@@ -7,10 +7,9 @@ from .. import checks, junit
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
 from ..mutants import MUTANTS
 from ..results import ResultsWriter
-from ..runner import default_device
 from ..selfcheck import run_selfcheck
 from ..status import Status, gates
-from .run_cmd import check_writable, load_suites
+from .run_cmd import check_writable, device_asked, load_suites
 
 
 def add_parser(sub):
@@ -86,11 +85,7 @@ def main(args) -> int:
     names = _mutant_names(args.mutant)
     suites = load_suites(args.suite)
     cases = case_mod.select(suites, None)
-    device = args.device or default_device()
-    if device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            raise InputError("--device cuda: no CUDA device is available here")
+    device = device_asked(args.device)
     if args.junit_xml:
         check_writable(args.junit_xml)
     writer = ResultsWriter(args.out) if args.out else _NoFile()   # opened first: a bad --out runs nothing
