@@ -92,3 +92,12 @@ def test_runs_chunk_default_is_the_chunk_modules():
     from harness.chunk import CHUNK_CASES
     from harness.cli import parse
     assert parse(["run", "--suite", "smoke"]).chunk == CHUNK_CASES
+
+
+def test_argparse_names_the_command_whose_module_alone_is_imported():
+    from harness.cli import command_named
+    assert command_named(["run", "--suite", "report"]) == "run"       # an option's value is not a command
+    assert command_named(["report", "run"]) == "report"
+    assert command_named(["run", "--backend=list"]) == "run"
+    for names_none in ([], ["-h"], ["nosuch"], ["--suite", "x", "run"]):
+        assert command_named(names_none) is None                      # the full parser says what is wrong
