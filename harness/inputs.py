@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from reference import FP8_MAX, as_bits, quantize_fp8
+from reference import FP8_MAX, KeySets, as_bits, keysets, quantize_fp8
 
 from . import seqlens
 from .cases import Case
@@ -93,6 +93,8 @@ class Inputs:
     host: HostCopy | None = None      # host copies of the table and lengths (see ``host_copy``)
     out: torch.Tensor | None = None   # the output buffer the engine hands the kernel (``output_buffer``), set
     #                                   by the launch: a backend may write its out there or return its own
+    token_slots: torch.Tensor | None = None   # (b, s_q, k) int32: a mode where each query token reads its own
+    #                                   key set, its KV slots (-1 unused); None: the dense form (``key_sets``)
 
     @property
     def device(self) -> torch.device:
@@ -131,6 +133,24 @@ def host_copy(inputs: Inputs) -> HostCopy:
         return inputs.host
     return HostCopy(inputs.block_table.cpu(), inputs.cache_seqlens.cpu(), inputs.seq_lens.cpu(),
                     (inputs.block_table, inputs.cache_seqlens, inputs.seq_lens))
+
+
+def key_sets(inputs: Inputs) -> KeySets:
+    """What each query token reads, on the host (``reference.keysets``): the dense form from the block
+    table and lengths with the causal count, or one key set per query token from ``token_slots``."""
+    if inputs.token_slots is not None:
+        return keysets.per_token(inputs.token_slots.cpu().reshape(-1, inputs.token_slots.shape[-1]).numpy(),
+                                 inputs.page_size)
+    host = host_copy(inputs)
+    return keysets.dense(host.block_table.numpy(), host.cache_seqlens.tolist(), inputs.page_size, inputs.s_q,
+                         inputs.causal)
+
+
+def key_counts(inputs: Inputs) -> list[int]:
+    """How many keys each request of ``key_sets`` has (each query token, for ``token_slots``)."""
+    if inputs.token_slots is not None:
+        return (inputs.token_slots >= 0).sum(-1).reshape(-1).tolist()
+    return host_copy(inputs).cache_seqlens.tolist()
 
 
 def draw_seq_lens(case: Case) -> list[int]:

@@ -18,11 +18,12 @@ So the block a request lands in has a shape fixed by the request or by its own c
   matmul's batch count changes them too.  So on the CPU no matmul or reduction has a dimension
   another request (or ``max_elements``) could change.
 
-The arithmetic per block is the batched definition (``attention.mla_attention_loop``):
-keys gathered page by page into head-major ``(rows, h_kv, n, d)``, so both matmuls read
-them in place; keys past a request's length are zeroed (their scores are masked and their
-weight is exactly 0, so poisoned memory never leaks in); the softmax scale goes on q and
-the normalisation on the output.  Planning reads block tables and lengths on the host.
+The arithmetic per block is the batched definition (``attention.key_set_attention_loop``):
+keys gathered page by page (a dense key set) or slot by slot (``keysets``) into head-major
+``(rows, h_kv, n, d)``, so both matmuls read them in place; keys past a request's length are
+zeroed (their scores are masked and their weight is exactly 0, so poisoned memory never leaks in);
+the softmax scale goes on q and the normalisation on the output.  Planning reads the key sets
+(key counts, tables) on the host.
 """
 
 import math
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from .fp8 import dequantize_fp8, is_fp8
+from .keysets import KeySets
 
 MAX_BLOCK_ELEMENTS = 2 ** 28    # on a GPU, entries of an own block's largest float64 tensor, past one request
 SHARED_MAX_KEYS = 256           # on a GPU, requests up to this long share blocks with other calls' requests
@@ -43,15 +45,13 @@ SHARED_BLOCK_ELEMENTS = 2 ** 25 # ... and as many as keep its largest tensor wit
 @dataclass(frozen=True)
 class Problem:
     """One call's attention: q ``(b, s_q, h_q, d_qk)``, the pool ``(pages, page_size, h_kv, d_qk)``,
-    and on the host, the block table ``(b, width)`` and each request's key count."""
+    and on the host, what each query token reads (``keysets.KeySets``)."""
 
     q: torch.Tensor
     kv_pool: torch.Tensor
-    block_table: np.ndarray
-    lengths: tuple
+    keys: KeySets
     softmax_scale: float
     d_v: int
-    causal: bool = True
     descale_q: float | None = None
     descale_k: float | None = None
 
@@ -88,6 +88,7 @@ class _ShapeClass(NamedTuple):
     d_v: int
     n_keys: int                      # keys padded to whole pages
     page_size: int
+    unit: int                        # slots per gathered row: a page (dense), or one slot
     q_dtype: torch.dtype
     kv_dtype: torch.dtype
     q_device: torch.device
@@ -111,13 +112,13 @@ class _Block:
 
 def _shape_class(p: Problem, n_keys: int, compute_dtype) -> _ShapeClass:
     _, s_q, h_q, d_qk = p.q.shape
-    return _ShapeClass(s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.kv_pool.shape[1], p.q.dtype,
+    return _ShapeClass(s_q, h_q, p.kv_pool.shape[2], d_qk, p.d_v, n_keys, p.kv_pool.shape[1], p.keys.unit, p.q.dtype,
                        p.kv_pool.dtype, p.q.device, p.kv_pool.device, p.softmax_scale, p.descale_q, p.descale_k,
                        compute_dtype)
 
 
 def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_BLOCK_ELEMENTS) -> list[_Block]:
-    """Every request with keys, in blocks.
+    """Every request with keys, in blocks, grouped by key count (``KeySets.counts``).
 
     On a GPU a short request goes to a *shared* block of its class: ``shared_rows`` slots, keys padded
     to ``SHARED_MAX_KEYS`` (a multiple of the page size): one class whatever the length, so a chunk's
@@ -132,7 +133,7 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
         per_key = max(s_q * h_q, p.kv_pool.shape[2] * d_qk)    # scores and keys, per key
         page_size = p.kv_pool.shape[1]
         own = []
-        for r, n in enumerate(p.lengths):
+        for r, n in enumerate(p.keys.counts):
             if n <= 0:
                 continue                  # no keys: out 0, LSE +inf, and nothing read
             if not shares_blocks(p.q.device):
@@ -152,10 +153,10 @@ def plan_blocks(problems: list[Problem], compute_dtype, max_elements: int = MAX_
     return blocks
 
 
-def joins_shared_blocks(device: torch.device, lengths) -> bool:
+def joins_shared_blocks(device: torch.device, counts) -> bool:
     """Whether a call with these key counts has a request for a shared block: its oracle gains from
     company.  A call without one is computed in its own blocks alone, with the same bits at any time."""
-    return shares_blocks(device) and any(0 < n <= SHARED_MAX_KEYS for n in lengths)
+    return shares_blocks(device) and any(0 < n <= SHARED_MAX_KEYS for n in counts)
 
 
 def shares_blocks(device: torch.device) -> bool:
@@ -171,15 +172,16 @@ def shared_rows(n_keys: int, per_key: int) -> int:
 
 def _own_blocks(pi, p: Problem, requests: list, per_key: int, compute_dtype, max_elements) -> list[_Block]:
     page_size = p.kv_pool.shape[1]
-    by_length = sorted(requests, key=lambda r: p.lengths[r])
+    counts = p.keys.counts
+    by_length = sorted(requests, key=lambda r: counts[r])
     blocks, start = [], 0
     while start < len(by_length):
         end = start + 1                # sorted: a block's last request is its longest
         while end < len(by_length) and \
-                (end + 1 - start) * _round_up(p.lengths[by_length[end]], page_size) * per_key <= max_elements:
+                (end + 1 - start) * _round_up(counts[by_length[end]], page_size) * per_key <= max_elements:
             end += 1
         members = [(pi, r) for r in by_length[start:end]]
-        n_keys = _round_up(p.lengths[by_length[end - 1]], page_size)
+        n_keys = _round_up(counts[by_length[end - 1]], page_size)
         blocks.append(_Block(_shape_class(p, n_keys, compute_dtype), end - start, members))
         start = end
     return blocks
@@ -196,31 +198,30 @@ def _runs(slots):
 
 
 def _block_indices(block: _Block, problems: list[Problem]) -> tuple[list, np.ndarray, np.ndarray]:
-    """On the host: per run of one call's slots, its request rows and the pages their keys are read
-    from ``(k, n_pages)``; and the block's key counts ``(rows,)`` and limits ``(rows, s_q)`` (how many
-    keys each query token sees).  Spare slots repeat the last real request."""
+    """On the host: per run of one call's slots, its request rows and the pool rows (pages, or single
+    slots) their keys are read from ``(k, n_keys // unit)``; and the block's key counts ``(rows,)`` and
+    limits ``(rows, s_q)`` (how many keys each query token sees).  Spare slots repeat the last real request."""
     slots = block.members + [block.members[-1]] * (block.rows - len(block.members))
-    s_q, page_size = block.key.s_q, block.key.page_size
-    n_pages = block.n_keys // page_size
+    unit = block.key.unit
+    n_rows = block.n_keys // unit
     runs, lengths, limits = [], [], []
-    i = np.arange(s_q)
     for pi, start, end in _runs(slots):
-        p = problems[pi]
+        keys = problems[pi].keys
         requests = np.array([r for _, r in slots[start:end]])
-        run_lengths = np.array([p.lengths[r] for r in requests])
-        width = p.block_table.shape[1]
-        needed = -(-run_lengths // page_size)
+        run_lengths = np.array([keys.counts[r] for r in requests])
+        width = keys.table.shape[1]
+        needed = -(-run_lengths // unit)
         if (needed > width).any():
             r = int(requests[np.argmax(needed > width)])
-            raise ValueError(f"request {r}: {p.lengths[r]} keys need more pages than the table's {width} columns")
-        pages = p.block_table[requests][:, np.minimum(np.arange(n_pages), width - 1)]
-        # a page past the request's own (table padding, which may hold anything) is read as its first
-        # page; the keys read there are padding, zeroed before use
-        own_pages = np.arange(n_pages)[None, :] < needed[:, None]
-        runs.append((pi, start, end, requests, np.where(own_pages, pages, pages[:, :1])))
+            what = "pages" if unit > 1 else "slots"
+            raise ValueError(f"request {r}: {keys.counts[r]} keys need more {what} than the table's {width} columns")
+        rows = keys.table[requests][:, np.minimum(np.arange(n_rows), width - 1)]
+        # a row past the request's own (table padding, which may hold anything) is read as its first
+        # row; the keys read there are padding, zeroed before use
+        own_rows = np.arange(n_rows)[None, :] < needed[:, None]
+        runs.append((pi, start, end, requests, np.where(own_rows, rows, rows[:, :1])))
         lengths.append(run_lengths)
-        seen = run_lengths[:, None] - s_q + i[None, :] + 1 if p.causal else np.repeat(run_lengths[:, None], s_q, 1)
-        limits.append(np.clip(seen, 0, None))
+        limits.append(keys.visible[requests])
     return runs, np.concatenate(lengths), np.concatenate(limits)
 
 
@@ -257,21 +258,21 @@ def _send(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
 
 
 def _run_block(block, problems, results, runs, lengths, limits, compute_dtype, shortest, fewest_seen):
-    """Gather a block's queries and key pages run by run, attend, and copy each real request's rows out.
+    """Gather a block's queries and key rows (pages or slots) run by run, attend, and copy each real request's rows out.
     ``shortest`` is the fewest keys of the block's requests, ``fewest_seen`` the fewest any token sees:
     keys before them are never padding or masked, so the masking starts there."""
     k = block.key
-    s_q, h_q, h_kv, d_qk, d_v, n_keys, page_size = k.s_q, k.h_q, k.h_kv, k.d_qk, k.d_v, k.n_keys, k.page_size
+    s_q, h_q, h_kv, d_qk, d_v, n_keys, unit = k.s_q, k.h_q, k.h_kv, k.d_qk, k.d_v, k.n_keys, k.unit
     first = problems[block.members[0][0]]
     rows, device, pool_device = block.rows, first.q.device, first.kv_pool.device
-    n_pages = n_keys // page_size
+    n_rows = n_keys // unit
     q = torch.empty(rows, s_q * h_q * d_qk, dtype=first.q.dtype, device=device)
-    pages = torch.empty(rows * n_pages, page_size * h_kv * d_qk, dtype=first.kv_pool.dtype, device=pool_device)
-    for pi, start, end, requests, run_pages in runs:
+    pages = torch.empty(rows * n_rows, unit * h_kv * d_qk, dtype=first.kv_pool.dtype, device=pool_device)
+    for pi, start, end, requests, run_rows in runs:
         p = problems[pi]
+        pool_rows = p.kv_pool.reshape(p.kv_pool.shape[0] * k.page_size // unit, -1)    # a page or a slot a row
         torch.index_select(p.q.reshape(p.q.shape[0], -1), 0, requests, out=q[start:end])
-        torch.index_select(p.kv_pool.reshape(p.kv_pool.shape[0], -1), 0, run_pages.view(-1).to(pool_device),
-                           out=pages[start * n_pages:end * n_pages])
+        torch.index_select(pool_rows, 0, run_rows.view(-1).to(pool_device), out=pages[start * n_rows:end * n_rows])
     # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
     # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
     if shortest < n_keys:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference import Problem, batched, mla_attention_loop, mla_attention_many, quantize_fp8
+from reference import Problem, batched, key_set_attention_loop, keysets, mla_attention_many, quantize_fp8
 
 
 def random_problem(seed, causal, s_q, heads, lengths, fp8=False, page_size=64, d_qk=40, d_v=32):
@@ -32,7 +32,8 @@ def random_problem(seed, causal, s_q, heads, lengths, fp8=False, page_size=64, d
         pool, q = quantize_fp8(pool, descale), quantize_fp8(q, descale)
     else:
         pool, q = pool.to(torch.bfloat16), q.to(torch.bfloat16)
-    return Problem(q, pool, table, tuple(lengths), d_qk ** -0.5, d_v, causal, descale, descale)
+    keys = keysets.dense(table, lengths, page_size, s_q, causal)
+    return Problem(q, pool, keys, d_qk ** -0.5, d_v, descale, descale)
 
 
 def problems():
@@ -72,9 +73,8 @@ def test_many_calls_give_each_the_bits_it_gets_alone(sharing):
 def test_many_calls_match_the_loop_definition(sharing):
     for p in problems():
         out, lse = mla_attention_many([p])[0]
-        table = torch.from_numpy(p.block_table).clamp(min=0)
-        ref_out, ref_lse = mla_attention_loop(p.q, p.kv_pool, table, torch.tensor(p.lengths), p.softmax_scale,
-                                              p.d_v, p.causal, p.descale_q, p.descale_k)
+        ref_out, ref_lse = key_set_attention_loop(p.q, p.kv_pool, p.keys, p.softmax_scale, p.d_v,
+                                                  p.descale_q, p.descale_k)
         torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(lse, ref_lse, rtol=1e-12, atol=1e-12)
         assert torch.isfinite(out).all()            # poison past a request's keys never leaks in
@@ -101,16 +101,17 @@ def test_on_the_cpu_a_request_gets_the_bits_it_gets_alone_whatever_its_call_or_b
         together = mla_attention_many([p])[0]
         small_blocks = mla_attention_many([p], max_elements=1)[0]
         assert all(torch.equal(a, b) for a, b in zip(together, small_blocks))
-        for r, n in enumerate(p.lengths):
-            alone = Problem(p.q[r:r + 1], p.kv_pool, p.block_table[r:r + 1], (n,), p.softmax_scale, p.d_v,
-                            p.causal, p.descale_q, p.descale_k)
+        for r, n in enumerate(p.keys.counts):
+            keys = keysets.KeySets((n,), p.keys.visible[r:r + 1], p.keys.page_size, p.keys.block_table[r:r + 1])
+            alone = Problem(p.q[r:r + 1], p.kv_pool, keys, p.softmax_scale, p.d_v, p.descale_q, p.descale_k)
             out, lse = mla_attention_many([alone])[0]
-            assert torch.equal(together[0][r:r + 1], out) and torch.equal(together[1][r:r + 1], lse), (p.lengths, r)
+            assert torch.equal(together[0][r:r + 1], out) and torch.equal(together[1][r:r + 1], lse), (p.keys, r)
 
 
 def test_a_table_too_narrow_for_a_length_is_refused():
     p = random_problem(0, causal=True, s_q=1, heads=4, lengths=[65, 3])
-    narrow = Problem(p.q, p.kv_pool, p.block_table[:, :1], p.lengths, p.softmax_scale, p.d_v, p.causal)
+    keys = keysets.KeySets(p.keys.counts, p.keys.visible, p.keys.page_size, p.keys.block_table[:, :1])
+    narrow = Problem(p.q, p.kv_pool, keys, p.softmax_scale, p.d_v)
     with pytest.raises(ValueError, match="request 0: 65 keys need more pages"):
         mla_attention_many([narrow])
 

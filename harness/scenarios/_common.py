@@ -18,7 +18,7 @@ from ..inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
 from ..integrity import Witness, changed_flags
 from ..outcome import Outcome
 from ..phases import KERNEL, KernelTime, phase, settle
-from ..pool import validate_block_table
+from ..pool import validate_block_table, validate_token_slots
 from ..tolerances import TOLERANCES, Tolerance
 from ..transfer import to_device
 
@@ -49,6 +49,8 @@ def launch(backend, inputs: Inputs) -> KernelCall:
     fingerprinting everything it is given before and after (``integrity.Witness``)."""
     host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
     validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
+    if inputs.token_slots is not None:       # a mode whose query tokens read their own key sets
+        validate_token_slots(inputs.token_slots, inputs.batch_size, inputs.s_q, inputs.num_pages * inputs.page_size)
     inputs = dataclasses.replace(inputs, out=output_buffer(inputs))
     witness = Witness(inputs)
     settle(inputs.device)       # a fault of the harness's work so far surfaces here, before the kernel's phase
