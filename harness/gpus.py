@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from .errors import InputError
+from .gpu_memory import nvml_session
 
 FAKE_ENV = "MLA_VERIFY_FAKE_GPUS"
 PIN_ENV = "CUDA_VISIBLE_DEVICES"
@@ -67,13 +68,9 @@ def parse_smi_list(text: str) -> list[Gpu]:
 
 
 def _nvml_gpus() -> list[Gpu] | None:
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    if nvml.nvmlInit_v2() != 0:
-        return None
-    try:
+    with nvml_session() as nvml:
+        if nvml is None:
+            return None
         count = ctypes.c_uint()
         if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
             return None
@@ -87,8 +84,6 @@ def _nvml_gpus() -> list[Gpu] | None:
             nvml.nvmlDeviceGetUUID(handle, uuid, len(uuid))
             found.append(Gpu(i, name.value.decode(errors="replace") or "GPU", uuid.value.decode(errors="replace")))
         return found
-    finally:
-        nvml.nvmlShutdown()
 
 
 def _smi_gpus() -> list[Gpu] | None:
