@@ -4,7 +4,7 @@
 # .upstream/flashmla-tests/SOURCE), copied unmodified with its kernelkit helpers into the ignored folder
 # .upstream/flashmla-tests (carry it).  It is a __main__ script, not a pytest file: 2352 cases (2304
 # correctness, 32 zero-length corner, 16 performance), each printing "Running on TestParam(...)", and it stops
-# at the first failing case.  run_legacy.py runs it as __main__, adding use_legacy=True to its dense calls
+# at the first failing case.  scripts/gpu/run_legacy.py runs it as __main__, adding use_legacy=True to its dense calls
 # (the wheel has dense decoding on its legacy side only).  Prints cases run, wall time and cases/s.
 #   . scripts/gpu/env.sh && bash scripts/gpu/flashmla_own_test.sh [--dtype bf16|fp16]
 # LIMIT=SECONDS stops the test there (timeout) and still prints the counts; LOG=FILE keeps its output.
@@ -15,7 +15,7 @@ dir=.upstream/flashmla-tests
 log=${LOG:-$(mktemp)}
 echo "FlashMLA test at $(sed -n 's/^commit: *\([0-9a-f]*\).*/\1/p' "$dir/SOURCE")"
 t0=$(date +%s.%N)
-${LIMIT:+timeout "$LIMIT"} "${PYTHON:-python3}" "$dir/run_legacy.py" "$@" 2>&1 | tee "$log"
+${LIMIT:+timeout "$LIMIT"} "${PYTHON:-python3}" scripts/gpu/run_legacy.py "$dir/test_flash_mla_dense_decoding.py" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 t1=$(date +%s.%N)
 started=$(grep -c '^Running on TestParam(' "$log")

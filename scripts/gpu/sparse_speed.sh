@@ -2,8 +2,8 @@
 # Issue 27 item 9 on the H200: FlashMLA's own sparse-decoding test and the flashmla-sparse-upstream suite
 # (the same 4,748-case matrix, float64 oracle, crash isolation on: the CLI's defaults) in one call, each
 # printing cases/s.  FlashMLA's test runs only when .upstream/flashmla-tests/test_flash_mla_sparse_decoding.py
-# travelled (FlashMLA 9241ae3 tests/, unmodified, with lib.py, ref.py, quant.py and kernelkit); it is run as
-# __main__ with use_legacy=True added to flash_mla_with_kvcache (the wheel's SM90 sparse decode is legacy).
+# travelled (FlashMLA 9241ae3 tests/, unmodified, with lib.py, ref.py, quant.py and kernelkit); it is run
+# by scripts/gpu/run_legacy.py (use_legacy=True added: the wheel's SM90 sparse decode is legacy).
 #   OUT=/some/dir bash scripts/gpu/sparse_speed.sh        # OUT defaults to reports/sparse-speed
 # LIMIT=SECONDS bounds each of the two runs (default 540).
 set -u
@@ -16,20 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 own=.upstream/flashmla-tests/test_flash_mla_sparse_decoding.py
 if [ -f "$own" ]; then
   t0=$(date +%s.%N)
-  timeout "${LIMIT:-540}" $PY - "$own" > "$OUT/flashmla-own-sparse.log" 2>&1 <<'PY'
-import functools, runpy, sys
-import flash_mla
-original = flash_mla.flash_mla_with_kvcache
-@functools.wraps(original)
-def legacy(*args, **kwargs):
-    kwargs.setdefault("use_legacy", True)
-    return original(*args, **kwargs)
-flash_mla.flash_mla_with_kvcache = legacy
-path = sys.argv[1]
-sys.path.insert(0, path.rsplit("/", 1)[0])
-sys.argv = [path]
-runpy.run_path(path, run_name="__main__")
-PY
+  timeout "${LIMIT:-540}" $PY scripts/gpu/run_legacy.py "$own" > "$OUT/flashmla-own-sparse.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   started=$(grep -c 'Running on' "$OUT/flashmla-own-sparse.log")
