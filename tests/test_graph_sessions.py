@@ -427,6 +427,9 @@ def test_graph_steps_catch_a_stream_one_slot_off(monkeypatch):
 
 
 def test_graph_gate_refuses_a_slot_outside_the_pool_before_replay():
+    why = _interpreter_missing()     # the capture runs the kernel once, in the Triton interpreter
+    if why:
+        pytest.skip(why)
     from harness.scenarios import graph
     with pytest.raises(InputError, match="outside the pool"):
         graph.run_steps(graph_case("decode"), graph_backend(SlotOutsideThePool), "cpu")
