@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 28 item 5 on the H200: FlashMLA as SGLang 0.5.23 calls it (engine profile sglang-0.5.23: a grown eager
 # block-table scratch with stale tails, graph metadata as (num_sms, 8) views, the full-width captured table)
-# beside the seed's profile, on the default suites and the graph suite; then the profile tests.
+# beside the seed's profile, on make verify's default suites (the Makefile's SUITES); then the profile tests.
 # Assumes the wheel sets under .site/* (scripts/gpu/setup_site.sh).  No network.
 #   OUT=/some/dir bash scripts/gpu/flashmla_profile.sh      # OUT defaults to reports/flashmla-profile
 # Writes $OUT/profiles.jsonl, $OUT/profiles.log, $OUT/profiles.html and $OUT/profile-report.txt (the counts).
@@ -18,7 +18,9 @@ report="$OUT/profile-report.txt"
 } | tee "$report"
 start=$(date +%s)
 rm -f "$OUT/profiles.jsonl"
-timeout -k 10 480 python3 -m harness.cli run --suite smoke,decode,verify,fp8,edge,graph \
+suites=$(sed -n 's/^SUITES ?= //p' Makefile)      # make verify's default suites
+echo "suites $suites" | tee -a "$report"
+timeout -k 10 480 python3 -m harness.cli run --suite "$suites" \
     --backend flashmla,flashmla@sglang-0.5.23 --no-progress --out "$OUT/profiles.jsonl" > "$OUT/profiles.log" 2>&1
 echo "== run: exit $? in $(( $(date +%s) - start )) s" | tee -a "$report"
 tail -n 5 "$OUT/profiles.log" | sed 's/^/   | /' | tee -a "$report"
