@@ -21,13 +21,18 @@ run() {   # run NAME DIR: the matrix from DIR (python -m puts the working direct
 }
 run before "$root/.base"
 run after "$root"
-# env (the commit, the tree) differs by design: drop it, then compare everything but timings
+# env (the commit, the tree) differs by design, and rows since 06f7273 carry two more fields (placement,
+# backend_info.profile): drop them, then compare everything but timings
 python3 - "$OUT/keysets/before.jsonl" "$OUT/keysets/after.jsonl" <<'PY'
 import json, sys
 for path in sys.argv[1:]:
     rows = [json.loads(line) for line in open(path)]
     with open(path.replace(".jsonl", "-noenv.jsonl"), "w") as f:
-        f.writelines(json.dumps({k: v for k, v in r.items() if k != "env"}) + "\n" for r in rows)
+        for r in rows:
+            r.pop("env", None)
+            r.pop("placement", None)
+            (r.get("backend_info") or {}).pop("profile", None)
+        f.writelines(json.dumps(r) + "\n" for r in rows)
 PY
 python3 scripts/gpu/same_rows.py "$OUT/keysets/before-noenv.jsonl" "$OUT/keysets/after-noenv.jsonl"
 echo "same_rows rc=$?"
