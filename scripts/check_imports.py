@@ -29,8 +29,10 @@ LAYERS = [
     ["harness.compare", "harness.inputs", "harness.backends", "harness.oracle", "harness.diagnostics",
      "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs",
      "harness.sparse_oracle"],
-    ["harness.cases", "harness.pool", "harness.sparse_cache", "harness.integrity", "harness.block_hash", "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks",
-     "harness.status", "harness.phases", "harness.fixed_params", "harness.results", "harness.environment", "harness.errors"],
+    ["harness.cases", "harness.case", "harness.case_checks", "harness.pool", "harness.page_layout",
+     "harness.block_tables", "harness.pool_gates", "harness.sparse_cache", "harness.integrity", "harness.block_hash",
+     "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks", "harness.status", "harness.phases",
+     "harness.fixed_params", "harness.results", "harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],
 ]
