@@ -32,7 +32,8 @@ LAYERS = [
     ["harness.cases", "harness.case", "harness.case_checks", "harness.pool", "harness.page_layout",
      "harness.block_tables", "harness.pool_gates", "harness.sparse_cache", "harness.integrity", "harness.block_hash",
      "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks", "harness.status", "harness.phases",
-     "harness.fixed_params", "harness.results", "harness.environment", "harness.errors"],
+     "harness.fixed_params", "harness.results", "harness.results_read", "harness.results_write",
+     "harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],
 ]
