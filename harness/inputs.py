@@ -35,6 +35,7 @@ from .kernel_inputs import (  # noqa: F401  (re-exported: see the module doc)
     torch_dtype,
 )
 from .kv_store import KVStore, k_scale_for, model_dtype_of, write_kv, write_slots  # noqa: F401
+from .pool import layout_bytes, pages_for, pages_used, pool_size
 
 # Past 2^31 bytes torch draws a tensor in pieces, and where the pieces start depends on the element size
 FLOAT32_DRAW_IN_ONE = (2 ** 31 - 1) // 4
@@ -67,3 +68,29 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     # twice, so one write of every token leaves the same pool.
     store = KVStore(case, cache, tokens, device, filled=True)
     return store.inputs(q, cache, table=store.layout.block_table)
+
+
+def used_pages(case: Case) -> int:
+    """The pages ``generate``'s layout puts tokens on (``pool.allocate``), from the drawn lengths alone."""
+    cache = cache_seqlens_for(case, draw_seq_lens(case))
+    return pages_used([pages_for(n, case.page_size) for n in cache], shared_pages_for(case, cache))
+
+
+def footprint(case: Case) -> dict[str, int]:
+    """The bytes ``generate`` allocates for ``case``, by part, from its drawn lengths alone (the size
+    estimate, ``resources``): ``pools`` (the poisoned pool in model precision, and for fp8 the fp8 one),
+    ``inputs`` (the float32 draws and their model-dtype copy; for fp8 the scaled float32 and the fp8
+    copy), ``layout`` (``pool.layout_bytes``), ``q`` (model precision), and ``outputs``: the output
+    buffer and the comparison's copy of the kernel's out, counted at 8 bytes an entry."""
+    cache = cache_seqlens_for(case, draw_seq_lens(case))
+    token = case.kv_heads * case.d_qk                   # elements per cached token
+    model = model_dtype_of(case).itemsize
+    fp8 = TORCH_DTYPES[case.dtype].itemsize if case.dtype.startswith("fp8") else 0
+    num_pages = pool_size(used_pages(case), case.extra_pages, case.pool_pages)
+    return {
+        "pools": num_pages * case.page_size * token * (model + fp8),
+        "inputs": sum(cache) * token * (4 + model + (4 + fp8 if fp8 else 0)),
+        "layout": layout_bytes(cache, case.page_size),
+        "q": case.batch_size * case.s_q * case.heads * case.d_qk * model,
+        "outputs": case.batch_size * case.s_q * case.heads * case.d_v * 8 * 2,
+    }

@@ -39,6 +39,8 @@ from .errors import InputError
 from .page_layout import PageLayout, first_true, host_ints, pages_for  # noqa: F401
 from .pool_gates import validate_block_table, validate_req_to_token, validate_token_slots  # noqa: F401
 
+SPARE_ROWS = 2        # rows of req_to_token past the batch's, as a real pool has
+
 
 def token_index(lengths: torch.Tensor, device=None):
     """For requests of these lengths: each token's request and its position in the request.
@@ -156,16 +158,15 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
         raise InputError(f"request {r}: shares {int(shared[r])} pages but has {int(need[r])}")
     chain = int(shared.max()) if b else 0             # the common prefix's pages come first in the order
     own = need - shared
-    used = chain + int(own.sum())
+    used = pages_used(need, shared)
+    num_pages = pool_size(used, extra_pages, pool_pages)
     if pool_pages:
         if pool_pages < 1 + used:
             raise InputError(f"pool_pages {pool_pages} cannot hold page 0 and the {used} pages the requests need")
-        num_pages = pool_pages
         order = choose_pages(used, num_pages, gen, pinned_pages).numpy()
     else:
-        num_pages = 1 + used + extra_pages               # page 0 is reserved
         order = _shuffled_pages(num_pages - 1, gen).astype(np.int32)
-    max_reqs = b + 2                                  # spare rows, as a real pool has
+    max_reqs = b + SPARE_ROWS
     rows = torch.randperm(max_reqs, generator=gen)[:b].numpy().astype(np.int32)   # req_pool_indices
     first_own = chain + np.cumsum(own) - own          # request r's own pages: order[first_own[r] : + own[r]]
     pages = _request_pages(order, need, shared, first_own)
@@ -173,7 +174,27 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     # read back from req_to_token, as build_block_table does, so the two can never disagree
     block_table = table_from_page_starts(req_to_token[:, ::page_size], rows, pages_within(lengths, page_size, width),
-                               page_size, width, padding_fill(padding))
+                                         page_size, width, padding_fill(padding))
     return PageLayout(page_size, num_pages, *(torch.from_numpy(a) for a in (
         req_to_token, rows, block_table, lengths.astype(np.int32), order[:used])))
 
+
+def pages_used(need, shared) -> int:
+    """Pages ``allocate`` hands out for requests of ``need`` pages, the first ``shared`` of them the
+    common chain's: the chain once, then each request's own."""
+    need, shared = np.asarray(need, dtype=np.int64), np.asarray(shared, dtype=np.int64)
+    return int(shared.max(initial=0)) + int((need - shared).sum())
+
+
+def pool_size(used: int, extra_pages: int, pool_pages: int) -> int:
+    """The pool's pages: ``pool_pages`` when the case fixes it, else page 0 (reserved), the pages in use
+    and the extra (poisoned) ones."""
+    return pool_pages or 1 + used + extra_pages
+
+
+def layout_bytes(cache_seqlens: list[int], page_size: int) -> int:
+    """What a layout of these lengths allocates: ``req_to_token`` (int32, the spare rows included, as wide
+    as the longest request's pages), and about six int64 index tensors a token (``allocate``, the gates,
+    ``kv_store.write_kv``)."""
+    widest = max((pages_for(n, page_size) for n in cache_seqlens), default=1)
+    return (len(cache_seqlens) + SPARE_ROWS) * widest * page_size * 4 + sum(cache_seqlens) * 8 * 6

@@ -188,3 +188,15 @@ def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
                    shortest=int(host_lengths.min()), fewest_seen=int(host_limits.min()))
     return results
 
+
+def oracle_block_bytes(requests: int, longest_keys: int, query_rows: int, key_width: int) -> int:
+    """The size estimate's bytes of one call's largest own block (``plan_blocks``): float64 keys and
+    scores, ``max(query_rows, key_width)`` entries per key (``query_rows``: s_q * h_q; ``key_width``:
+    h_kv * d), for ``requests`` requests of ``longest_keys`` keys, no more than ``MAX_BLOCK_ELEMENTS``,
+    and one temporary of either size."""
+    return min(MAX_BLOCK_ELEMENTS, requests * max(longest_keys, 1) * max(query_rows, key_width)) * 8 * 3
+
+
+def oracle_output_bytes(entries: int) -> int:
+    """The float64 out ``mla_attention_many`` returns for a call of ``entries`` (b * s_q * h_q * d_v)."""
+    return entries * 8
