@@ -54,7 +54,7 @@ import torch
 from reference import descale_scalar
 
 from .fixed_params import fixed_scale
-from .inputs import Inputs
+from .inputs import Inputs, model_dtype_of, used_pages
 from .pool import pages_for, token_index
 
 FP8_Q_CONVENTIONS = ("quantized_k_scale", "model_dtype", "cast_in_kernel")
@@ -121,6 +121,21 @@ def view_width(case, capabilities) -> int:
     widens = (case.mode == "verify" and case.dtype.startswith("fp8")
               and getattr(capabilities, "fp8_q", None) == "cast_in_kernel")
     return case.d_v + 2 * case.d_qk if widens else 0
+
+
+def key_width(case, width: int) -> int:
+    """Elements the oracle reads per cached token: the kv heads times the view's width (``view_width``),
+    or times ``d_qk`` where the view is not widened."""
+    return case.kv_heads * (width or case.d_qk)
+
+
+def view_footprint(case, width: int) -> int:
+    """The bytes a widened view of ``width`` dims (``view_width``) allocates for ``case``: the pages in
+    use as float64 keys, and their model-precision copy (``_extend_view``); 0 where it is not widened."""
+    if not width:
+        return 0
+    slots = used_pages(case) * case.page_size
+    return slots * (case.kv_heads * width * 8 + case.kv_heads * case.d_qk * model_dtype_of(case).itemsize)
 
 
 def _extend_view(inputs: Inputs) -> Inputs:

@@ -35,6 +35,12 @@ _WORDS = HASH_ROW_BYTES // 8
 GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guarded``
 
 
+def witness_bytes(pool_bytes: int, q_bytes: int) -> int:
+    """What a ``Witness`` holds for a call, for the size estimate: two fingerprints (before and after),
+    each 8 bytes per ``HASH_ROW_BYTES`` of the pools and a copy of q."""
+    return 2 * (pool_bytes // HASH_ROW_BYTES * 8 + q_bytes)
+
+
 def guarded(shape, dtype, device, fill_bits: int) -> torch.Tensor:
     """A contiguous ``shape`` view inside an allocation with ``GUARD_BYTES`` on each side, every byte of
     it (guards included) set to the integer bit pattern ``fill_bits`` of ``dtype``."""

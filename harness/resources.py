@@ -5,9 +5,12 @@ Serving-scale cases (a 163,840-token context, a pool of 2^17+ pages, a batch of
 peak bytes of the case's inputs, the kernel's working set and the float64
 oracle with a budget: a fraction of the host's available RAM on the CPU, of the
 device's free memory on CUDA.  The estimate uses the case's real seq lens (a
-draw of ``batch_size`` integers from its seed, nothing else) and follows what
-``inputs.generate``, the backend's kernel view (``conventions``) and
-``reference.mla_attention_batched`` allocate.
+draw of ``batch_size`` integers from its seed, nothing else).  Each part is
+exported by the code that allocates it: ``inputs.footprint`` (pools, draws,
+layout), ``conventions.view_footprint`` (the backend's widened kernel view),
+``reference.batched.oracle_block_bytes`` (the oracle), ``TorchBackend.split_bytes``
+(the kernel's working set) and ``integrity.witness_bytes``; here they are summed
+and budgeted.
 """
 
 import os
@@ -15,25 +18,21 @@ from functools import cache
 
 import torch
 
+from reference.batched import oracle_block_bytes, oracle_output_bytes
+
+from .backends.torch_backend import TorchBackend
 from .cases import Case
-from .conventions import view_width
-from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
-from .integrity import HASH_ROW_BYTES
-from .pool import pages_for
+from .conventions import key_width, view_footprint, view_width
+from .inputs import cache_seqlens_for, draw_seq_lens, footprint
+from .integrity import witness_bytes
 
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
 CUDA_FRACTION = 0.9     # the caching allocator's fragmentation and the CUDA context
-ORACLE_MAX_ELEMENTS = 2 ** 28   # reference.batched.MAX_BLOCK_ELEMENTS: a block of its own call's requests
-TORCH_BACKEND_KEYS = 8 * 64     # the torch backend's split: 8 pages of keys per request at a time
 # A CPU run's time grows with the cached KV it builds and reads: on 2 cores, 1.9e8 elements (a batch of
 # 64 long-tail requests) took 10 s and 1.3e9 (a batch of 512) 112 s, input building, torch backend and
 # oracle together.  Past this a case that fits in RAM is still no CPU job; a 163,840-token context is 9.4e7.
 CPU_MAX_KV_ELEMENTS = 2 ** 27
-
-
-def _size(dtype_name: str) -> int:
-    return torch.empty((), dtype=TORCH_DTYPES[dtype_name]).element_size()
 
 
 def estimated_bytes(case: Case, capabilities=None) -> dict[str, int]:
@@ -44,36 +43,17 @@ def estimated_bytes(case: Case, capabilities=None) -> dict[str, int]:
 
 @cache      # asked for every case by the size check, the chunk plan and the memory gate
 def _estimate(case: Case, widened: int = 0) -> dict[str, int]:
-    cache = cache_seqlens_for(case, draw_seq_lens(case))
-    P, h_kv, d = case.page_size, case.kv_heads, case.d_qk
+    longest = max(cache_seqlens_for(case, draw_seq_lens(case)), default=0)
     b, s_q, h_q = case.batch_size, case.s_q, case.heads
-    fp8 = case.dtype.startswith("fp8")
-    model = 2 if fp8 else _size(case.dtype)              # fp8 cases keep a bf16 model-precision pool
-    need = [pages_for(n, P) for n in cache]
-    shared = shared_pages_for(case, cache)
-    used = (max(shared) if shared else 0) + sum(n - s for n, s in zip(need, shared))
-    num_pages = case.pool_pages or 1 + used + case.extra_pages
-    token = h_kv * d                                     # elements per cached token
-    total_tokens = sum(cache)
-    longest = max(cache, default=0)
-
-    parts = {"pools": num_pages * P * token * (model + (1 if fp8 else 0))}
-    # a widened view: the pages in use as float64 keys of ``widened`` dims, and their model-precision copy
-    parts["view"] = used * P * (h_kv * widened * 8 + token * model) if widened else 0
-    key = h_kv * widened or token                        # what the oracle reads per token
-    # generate(): float32 draws, their model-dtype copy, for fp8 the scaled float32 and the fp8 copy
-    parts["inputs"] = total_tokens * token * (4 + model + (4 + 1 if fp8 else 0))
-    # req_to_token, and about six int64 per-token index tensors (allocate, validate, write_kv)
-    parts["layout"] = (b + 2) * max(need, default=1) * P * 4 + total_tokens * 8 * 6
-    # the oracle's chunk: float64 keys and scores, one temporary of either size
-    chunk = min(ORACLE_MAX_ELEMENTS, b * max(longest, 1) * max(s_q * h_q, key))
-    oracle = chunk * 8 * 3
-    kernel = b * min(longest, TORCH_BACKEND_KEYS) * token * 4 * 3
-    # outputs: kernel's, the oracle's float64 (twice for fp8), the comparison's temporaries
-    outputs = b * s_q * h_q * case.d_v * 8 * (4 if fp8 else 3)
+    made = footprint(case)
+    parts = {"pools": made["pools"], "view": view_footprint(case, widened), "inputs": made["inputs"],
+             "layout": made["layout"]}
+    oracle = oracle_block_bytes(b, longest, s_q * h_q, key_width(case, widened))
+    kernel = TorchBackend.split_bytes(b, longest, case.kv_heads * case.d_qk)
+    judged = 2 if case.dtype.startswith("fp8") else 1      # fp8: the kernel's view, and end to end
+    outputs = made["outputs"] + oracle_output_bytes(b * s_q * h_q * case.d_v) * judged
     parts["checking"] = oracle + kernel + outputs
-    # the input witness (integrity.py) holds two fingerprints a call: 8 bytes per 256 of a pool, q whole
-    parts["witness"] = 2 * (parts["pools"] // HASH_ROW_BYTES * 8 + b * s_q * h_q * d * model)
+    parts["witness"] = witness_bytes(parts["pools"], made["q"])
     parts["total"] = (parts["pools"] + parts["layout"] + parts["view"] + parts["witness"]
                       + max(parts["inputs"], parts["checking"]))
     # in a chunk, a case's pools, layout, view and outputs wait for the chunk's comparison; the rest is

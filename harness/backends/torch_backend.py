@@ -21,6 +21,9 @@ from .torch_sparse import TorchSparse
 class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the sparse scenario's path
     name = "torch"
     pages_per_split = 8
+    # the keys a split holds at DeepSeek's 64-token pages: the size estimate counts every case at this,
+    # whatever its page size, as it always has (chunk plans rest on it)
+    estimated_split_keys = pages_per_split * 64
     accumulate_dtype = torch.float32
 
     def info(self):
@@ -100,6 +103,12 @@ class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the spars
         # partial outs are (b, s_q, h, d_v) and LSEs (b, h, s_q): align them for the merge
         out, lse = merge_attention(out_a.transpose(1, 2), lse_a, out_b.transpose(1, 2), lse_b)
         return out.transpose(1, 2), lse
+
+    @classmethod
+    def split_bytes(cls, requests: int, longest: int, token_elements: int) -> int:
+        """The size estimate's bytes of one split (``resources``): keys, scores and values of every request
+        in ``accumulate_dtype``, ``estimated_split_keys`` keys (or the longest request's, if fewer) at a time."""
+        return requests * min(longest, cls.estimated_split_keys) * token_elements * cls.accumulate_dtype.itemsize * 3
 
     def finalize(self, inputs, out, lse):
         """Out in the model dtype, written into the engine's output buffer where the harness gives one."""
