@@ -32,6 +32,14 @@ def write_slots(layout: PageLayout, first: list[int], last: list[int]) -> tuple[
     return torch.from_numpy(slots.astype(np.int32, copy=False)), torch.from_numpy(source)
 
 
+def first_writes(shared_pages: list[int], page_size: int) -> list[int]:
+    """Per request, the first of its tokens the engine writes.  Shared pages are written once, by the
+    request sharing the most of them (the one whose prefix filled the radix cache); the others start
+    past them, so no slot is written twice (a slot written twice with two values would hold either)."""
+    owner = max(range(len(shared_pages)), key=lambda r: shared_pages[r]) if shared_pages else 0
+    return [0 if r == owner else n * page_size for r, n in enumerate(shared_pages)]
+
+
 def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, source: torch.Tensor | None):
     """Scatter ``tokens[source]`` (every token, in order, when ``source`` is None) into pool slots.
 
@@ -85,10 +93,7 @@ class KVStore:
         # ``allocate``'s layouts hold their slots by construction (property-tested: tests/test_fuzz.py,
         # tests/test_pool.py), so none is checked again here; the block table is, at the launch gate.
 
-        # shared pages are written once, by the request sharing the most of them (the one whose
-        # prefix filled the radix cache); the others start past them, so no slot is written twice
-        owner = max(range(len(shared)), key=lambda r: shared[r]) if shared else 0
-        self.written = [0 if r == owner else n * case.page_size for r, n in enumerate(shared)]
+        self.written = first_writes(shared, case.page_size)
         lay = self.index_layout
         layout_fields = ("req_to_token", "req_pool_indices", "block_table", "cache_seqlens", "used_pages")
         host = {name: getattr(lay, name) for name in layout_fields}

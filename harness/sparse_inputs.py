@@ -30,6 +30,7 @@ from .cases import Case
 from .errors import InputError
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
 from .integrity import guarded
+from .kv_store import first_writes
 from .pool import allocate
 from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
 from .transfer import to_device
@@ -182,7 +183,7 @@ def build(case: Case, device) -> SparseCase:
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
     cache = cache.view(-1, s_q).amax(dim=1).to(torch.int32)
-    slots, _ = write_slots(layout, [0] * len(total), total)
+    slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
     sink = sink_for(case, host_gen)
     # the sink travels as its float32 bits: one int32 transfer carries everything
     sent = to_device([host_indices, cache, layout.req_to_token, slots]
@@ -193,7 +194,8 @@ def build(case: Case, device) -> SparseCase:
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
     pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    write_records(pool, sent[3], quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
+    written = tokens if source is None else tokens[source.to(device, torch.long)]
+    write_records(pool, sent[3], quantize(written, fmt, case.kv_scales), fmt, case.page_size)
     inputs = SparseInputs(
         q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
             layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
