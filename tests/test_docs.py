@@ -137,3 +137,50 @@ def test_the_plugin_example_names_only_inputs_that_exist():
     used = set(re.findall(r"(?<![\w.])inputs\.([a-z_]\w*)", text.replace(INPUTS_UNCHANGED, "the check")))
     assert used, "no inputs.<field> found"
     assert used <= fields, f"not fields of Inputs: {sorted(used - fields)}"
+
+
+# The mutant counts the docs quote as the current ones (dated records are left alone: docs/gpu-runs.md,
+# and "24 mutants, 12 cases, at `49fec4c`"): "holds 31 broken backends", "(24 dense, 7 sparse)",
+# "31 mutants plus the clean backend", "31/31 mutants killed".
+MUTANT_COUNTS = [
+    (re.compile(r"holds (\d+) broken backends"), ("all",)),
+    (re.compile(r"\((\d+) dense, (\d+) sparse\)"), ("dense", "sparse")),
+    (re.compile(r"\b(\d+) mutants plus the clean backend"), ("all",)),
+    (re.compile(r"\b(\d+)/(\d+) mutants killed"), ("all", "all")),
+]
+
+
+def mutant_counts() -> dict[str, int]:
+    """How many mutants ``mla-verify selfcheck`` runs, and how many of them break the sparse path."""
+    from harness.mutants import MUTANTS
+    sparse = sum(cls.__module__.endswith(".sparse") for cls in MUTANTS.values())
+    return {"all": len(MUTANTS), "sparse": sparse, "dense": len(MUTANTS) - sparse}
+
+
+def quoted_mutant_counts(text: str):
+    """(line, what, quoted) for every mutant count the text quotes."""
+    for rx, whats in MUTANT_COUNTS:
+        for m in rx.finditer(text):
+            for what, quoted in zip(whats, m.groups()):
+                yield text.count("\n", 0, m.start()) + 1, what, int(quoted)
+
+
+def test_every_mutant_count_the_docs_quote_is_the_registrys():
+    counts, seen, wrong = mutant_counts(), 0, []
+    for path in [p for p in DOCS if p.name != "gpu-runs.md"]:
+        for line, what, quoted in quoted_mutant_counts(path.read_text()):
+            seen += 1
+            if quoted != counts[what]:
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {quoted} {what} mutants quoted, {counts[what]} "
+                             "registered")
+    assert not wrong, "\n".join(wrong)
+    assert seen >= 4                      # architecture.md and mutants.md quote them
+
+
+def test_a_wrong_mutant_count_is_caught():
+    n = mutant_counts()
+    text = (f"holds {n['all'] + 1} broken backends ({n['dense']} dense, {n['sparse'] - 1} sparse); "
+            f"{n['all'] - 1} mutants plus the clean backend; {n['all']}/{n['all'] + 2} mutants killed")
+    found = list(quoted_mutant_counts(text))
+    assert len(found) == 6
+    assert [quoted != n[what] for _, what, quoted in found] == [True, False, True, True, False, True]

@@ -7,13 +7,12 @@ import re
 import textwrap
 
 import pytest
+from fakes import FakeWorker
 from helpers import run_cli
 
 from harness import gpus, placement
 from harness.errors import InputError
 from harness.isolation import MemoryGate, hand_out
-from harness.worker import State, WorkerState
-from harness.worker_process import EMPTY_CACHE
 
 SMI = textwrap.dedent("""\
     GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)
@@ -73,19 +72,6 @@ def test_the_fake_gpu_hook_is_read_only_by_gpus(monkeypatch):
 def test_default_workers_share_the_cores_out_over_the_gpus():
     assert gpus.workers_per_gpu(128, 8, 4, 4) == 4 and gpus.workers_per_gpu(16, 8, 4, 4) == 1
     assert gpus.workers_per_gpu(16, 1, 4, 4) == 4 and gpus.workers_per_gpu(2, 1, 4, 4) == 1
-
-
-class FakeWorker(WorkerState):
-    """A worker as ``hand_out`` sees it, in a worker set."""
-
-    def __init__(self, place, cache=0, chunk=None, holds=0):
-        super().__init__(place)
-        self.told = []
-        self.cache, self.chunk, self.holds = cache, chunk, holds
-        self.state = State.BUSY if chunk is not None else State.IDLE
-
-    def post(self, message):
-        self.told.append("retire" if message is None else "empty" if message == EMPTY_CACHE else message)
 
 
 def test_the_memory_gate_counts_only_the_workers_of_the_same_gpu():

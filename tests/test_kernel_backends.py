@@ -49,7 +49,7 @@ def test_every_new_backend_is_registered():
                            index_format="token_slots", non_causal=True)),
     ("sglang-verify-mla", dict(has_lse=False, modes=("verify",), fp8_q="cast_in_kernel",
                                index_format="token_slots")),
-    ("flaggems", dict(has_lse=False, modes=("decode",), max_draft_tokens=1, dtypes=("bf16", "fp16"),
+    ("flaggems", dict(has_lse=False, modes=("decode", "verify"), max_draft_tokens=1, dtypes=("bf16", "fp16"),
                       non_causal=False)),
 ])
 def test_declared_conventions(name, expected):

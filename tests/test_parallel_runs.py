@@ -12,14 +12,13 @@ the whole flashmla-upstream matrix gave the same rows chunked and one at a time 
 
 import pytest
 import torch
+from fakes import FakeWorker
 
 from harness.backend_loader import load_backend
 from harness.cases import parse_suite
 from harness.inputs import cache_seqlens_for, draw_seq_lens
 from harness.results import ResultsWriter, read_rows
 from harness.runner import run_cases
-from harness.worker import State, WorkerState
-from harness.worker_process import EMPTY_CACHE
 
 SUITE = """
 [suite]
@@ -96,19 +95,6 @@ def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_what_others_hold
     assert MemoryGate().pick([9], others=5) == 0             # no gate: first come
 
 
-class FakeWorker(WorkerState):
-    """A worker as ``hand_out`` sees it, with what it was told."""
-
-    def __init__(self, cache=0, chunk=None, holds=0, emptied=False):
-        super().__init__()
-        self.told = []
-        self.cache, self.chunk, self.holds = cache, chunk, holds
-        self.state = State.BUSY if chunk is not None else State.IDLE if emptied else State.CACHED
-
-    def post(self, message):
-        self.told.append("retire" if message is None else "empty" if message == EMPTY_CACHE else message)
-
-
 def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
     from harness.isolation import MemoryGate, hand_out
     gate = MemoryGate(cost=sum, budget=10)
@@ -126,7 +112,7 @@ def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
     hand_out(todo, [taker, keeper], gate)          # now it fits
     assert taker.told == ["empty", [7]] and keeper.told == ["empty", "retire"] and todo == []
     # a chunk that fits nothing waits for the others' caches, then runs alone
-    big, other = FakeWorker(emptied=True), FakeWorker(cache=3)
+    big, other = FakeWorker(), FakeWorker(cache=3)
     hand_out([[12]], [big, other], gate)
     assert other.told == ["empty"] and big.told == []
     other.cache_emptied(other.cache)

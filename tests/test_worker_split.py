@@ -88,10 +88,18 @@ def test_run_starts_its_spares_before_it_imports_torch():
     assert out.split() == ["spares", "1", "False", "run", "False"]
 
 
-def test_runs_chunk_default_is_the_chunk_modules():
-    from harness.chunk import CHUNK_CASES
-    from harness.cli import parse
-    assert parse(["run", "--suite", "smoke"]).chunk == CHUNK_CASES
+def test_runs_chunk_default_is_the_chunk_modules(tmp_path, monkeypatch):
+    """``run`` without ``--chunk`` hands the runner ``chunk.CHUNK_CASES``, read when it runs (parsing stays light)."""
+    from harness import chunk, runner
+    from harness.cli import main, parse
+    assert parse(["run", "--suite", "smoke"]).chunk is None
+    seen = []
+    monkeypatch.setattr(chunk, "CHUNK_CASES", 5)
+    monkeypatch.setattr(runner, "run_cases", lambda *a, chunk_cases, **how: seen.append(chunk_cases))
+    for flags in ([], ["--chunk", "2"]):
+        main(["run", "--suite", "smoke", "--backend", "torch", "--device", "cpu", "--workers", "0", "--no-progress",
+              "--out", str(tmp_path / f"r{len(seen)}.jsonl"), *flags])
+    assert seen == [5, 2]
 
 
 def test_argparse_names_the_command_whose_module_alone_is_imported():

@@ -10,8 +10,12 @@ with ``d`` from ``q.shape`` (flag_gems/fused/flash_mla.py, 5.0.2).  That is
 declared as data (``fixed_softmax_scale``): every case runs, at that scale, and
 the oracle computes at it (harness/conventions.py).  It has no LSE, no descale
 arguments (so no fp8), asserts ``causal``, and launches one program per request
-and head block, so only ``s_q = 1`` is computed; those stay ``unsupported``,
-quoting its source.  Importing it needs a CUDA device (and SQLAlchemy).
+and head block, so only ``s_q = 1`` is computed (a verify of one draft token runs:
+its one row sees every key, as a decode row does); those stay ``unsupported``,
+quoting its source (``SOURCE``).  Its graph cases are unsupported by mla-verify's
+limit (``NO_GRAPH``), and its sparse kernel is the ``flaggems-sparse`` backend
+(docs/kernel-backends.md, "FlagGems coverage").  Importing it needs a CUDA device
+(and SQLAlchemy).
 """
 
 import math
@@ -23,26 +27,38 @@ from .optional import LazyKernel, dist_version
 
 SIGNATURE = ("flash_mla(q, block_table, blocked_k, max_seqlen_pad, block_size, b, s_q, cache_seqlens, "
              "h_q, h_kv, d, dv, causal)")
+# Lines of flag_gems/fused/flash_mla.py (5.0.2) its limits are quoted from; tests/test_flaggems_coverage.py
+# finds each in the installed source (whitespace aside) where flag_gems is installed.
+SOURCE = {
+    "shape": "batch_size, s_q, head_num, d = list(q.shape)",
+    "grid": "grid = (triton.cdiv(head_num, BLOCK_H), batch_size,)",
+    "scale": "sm_scale = 1 / math.sqrt(d)",
+    "causal": 'assert causal, "causal False not supported"',
+    "one_kv_head": "blocked_k = blocked_k.view([-1, d]).contiguous()",
+}
+ONE_ROW = (f"`{SOURCE['grid']}` after `{SOURCE['shape']}`: one program per request reads one query row")
+NO_GRAPH = ("no graph_session: no engine's CUDA-graph capture of flag_gems.fused.flash_mla is reproduced here, and "
+            "the graph scenario checks a replayed LSE, which flash_mla does not return (mla-verify's limit, not "
+            "the kernel's)")
 
 
 class FlagGemsMLABackend(LazyKernel, Backend):
     name = "flaggems"
     modules = ("flag_gems.fused",)
     capabilities = Capabilities(
-        modes=("decode",), dtypes=("bf16", "fp16"), devices=("cuda",),
+        modes=("decode", "verify"), dtypes=("bf16", "fp16"), devices=("cuda",),
         kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=1, non_causal=False,
         lse_base="e", empty_row_lse=-math.inf, has_lse=False,
         index_format="page_table", fp8_q="quantized_k_scale", engine="flaggems:flash_mla",
         fixed_softmax_scale="1/sqrt(d_qk)",          # its source: sm_scale = 1 / math.sqrt(d), d = q.shape[-1]
         quoted_limits=(
-            ("mode", "its grid is (triton.cdiv(head_num, BLOCK_H), batch_size): one program per request reads "
-                     "one query row, so a verify's draft tokens are not computed"),
-            ("s_q", "its grid is (triton.cdiv(head_num, BLOCK_H), batch_size): one program per request reads one "
-                    "query row"),
+            ("s_q", f"{ONE_ROW}, so a verify's later draft tokens are not computed"),
             ("dtype", f"{SIGNATURE} has no descale (k_scale) argument, so an fp8 cache cannot be read"),
-            ("non_causal", 'it asserts causal ("causal False not supported")'),
+            ("non_causal", f'it asserts causal ("causal False not supported"): `{SOURCE["causal"]}`'),
+            ("kv_heads", f"`{SOURCE['one_kv_head']}` reads the cache as one KV head"),
         ),
     )
+    no_graph_session = NO_GRAPH     # graph.no_graph_reason quotes it
 
     def unsupported_reason(self, case, device):
         if device != "cuda" or not torch.cuda.is_available():

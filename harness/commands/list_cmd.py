@@ -1,10 +1,10 @@
-"""``mla-verify list``: suites, their cases, and the backends with what each supports."""
+"""``mla-verify list``: suites, their cases, and the backends with what each supports.
+
+Light at import, as every command is (cli.py): the suites and backends, which import torch, wait for ``main``.
+"""
 
 import json
 
-from .. import cases as case_mod
-from ..backend_loader import load_backend
-from ..backends import BUILTIN
 from ..errors import InputError
 
 
@@ -16,6 +16,7 @@ def add_parser(sub):
 
 
 def main(args) -> int:
+    from .. import cases as case_mod
     if args.suite:
         suite = case_mod.load_suite(args.suite)
         print(f"{suite.name}: {len(suite.cases)} cases  {suite.description}")
@@ -31,8 +32,15 @@ def main(args) -> int:
                 print(f"  {name:<20} {len(s.cases):>5} cases  {s.description}")
             except InputError as e:
                 print(f"  {name:<20}  invalid: {e}")
+    _print_backends(args.backend)
+    return 0
+
+
+def _print_backends(only: str | None):
+    from ..backend_loader import load_backend
+    from ..backends import BUILTIN
     print("backends:")
-    for name in [args.backend] if args.backend else [*BUILTIN, "auto"]:
+    for name in [only] if only else [*BUILTIN, "auto"]:
         try:
             backend = load_backend(name)
         except (InputError, ImportError) as e:
@@ -47,4 +55,3 @@ def main(args) -> int:
         note = getattr(backend, "availability", None)
         if callable(note):
             print(f"  {'':<18} {note()}")
-    return 0

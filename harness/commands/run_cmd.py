@@ -15,9 +15,8 @@ from .run_resume import kept_on_resume, previous_rows  # noqa: F401  (previous_r
 from .run_start import MeasuredAtStart, start_spares
 
 # Light at import (no torch, nothing that imports it): the parser is built, and the spares started
-# (``run_start``), before ``main`` makes the heavy imports.  ``--chunk``'s default is ``chunk.CHUNK_CASES``,
-# which imports torch: the number is repeated here, and a test holds the two equal.
-CHUNK_CASES = 32
+# (``run_start``), before ``main`` makes the heavy imports.  ``--chunk``'s default is ``chunk.CHUNK_CASES``;
+# ``chunk`` imports torch, so the option's default is None and ``run`` reads the constant.
 
 
 def add_parser(sub):
@@ -44,9 +43,9 @@ def add_parser(sub):
                         "not used on the CPU); a case runs on one GPU and its row says which")
     p.add_argument("--shard", metavar="K/N", help="run only shard K of N: a deterministic slice of the cases, "
                    "balanced by their estimated size; every case is in exactly one of the N shards")
-    p.add_argument("--chunk", type=int, default=CHUNK_CASES, metavar="N",
-                   help=f"cases whose oracles run in one pass and are compared in one transfer (default "
-                        f"{CHUNK_CASES}); 1 runs each case alone.  The rows are the same either way")
+    p.add_argument("--chunk", type=int, default=None, metavar="N",
+                   help="cases whose oracles run in one pass and are compared in one transfer (default "
+                        "harness.chunk.CHUNK_CASES); 1 runs each case alone.  The rows are the same either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--max-timeouts", type=timeout_limit, default=MAX_TIMEOUTS, metavar="N",
                    help=f"after N timeouts in a row on a backend, record its remaining cases as timeout without "
@@ -105,6 +104,9 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     cases, selected, shard = _cases(args, suites)
     device = device_asked(args.device)
     sets = worker_sets(args, device)
+    if args.chunk is None:
+        from ..chunk import CHUNK_CASES
+        args.chunk = CHUNK_CASES
     if args.chunk < 1:
         raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
     if not args.timeout > 0:

@@ -1,13 +1,14 @@
-"""``mla-verify selfcheck``: prove the checks can fail, by killing every shipped mutant."""
+"""``mla-verify selfcheck``: prove the checks can fail, by killing every shipped mutant.
+
+Light at import, as every command is (cli.py): the mutants, the suites and the run, which import torch,
+wait for ``main``.
+"""
 
 import sys
 
-from .. import cases as case_mod
 from .. import checks, junit
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
-from ..mutants import MUTANTS
 from ..results import ResultsWriter
-from ..selfcheck import run_selfcheck
 from ..status import Status, gates
 from .run_cmd import check_writable, device_asked, load_suites
 
@@ -16,7 +17,7 @@ def add_parser(sub):
     p = sub.add_parser("selfcheck", help="run a suite against every mutant and the clean backend")
     p.add_argument("--suite", default="selfcheck", help="suite name(s), comma-separated (default: selfcheck)")
     p.add_argument("--mutant", action="append", metavar="NAME",
-                   help=f"only this mutant (repeatable; default: all {len(MUTANTS)})")
+                   help="only this mutant (repeatable; default: all of them)")
     p.add_argument("--out", help="also write every row (all backends) to this JSONL file")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--markdown", action="store_true", help="print the kill matrix as a markdown table")
@@ -37,6 +38,7 @@ class _NoFile:
 
 
 def _mutant_names(chosen) -> list[str]:
+    from ..mutants import MUTANTS
     names = [n.strip() for arg in chosen or [] for n in arg.split(",") if n.strip()] or list(MUTANTS)
     unknown = [n for n in names if n not in MUTANTS]
     if unknown:
@@ -82,6 +84,8 @@ def print_markdown(result, out=None):
 
 
 def main(args) -> int:
+    from .. import cases as case_mod
+    from ..selfcheck import run_selfcheck
     names = _mutant_names(args.mutant)
     suites = load_suites(args.suite)
     cases = case_mod.select(suites, None)

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Issue 28 item 4 on the H200: FlagGems' flash_mla on every default suite, now that its fixed softmax scale
+# Issue 28 item 4 on the H200: FlagGems on every default suite (the Makefile's SUITES, read from it, so there
+# is one list), now that its fixed softmax scale
 # (1/sqrt(d_qk), it has no scale argument) is declared as data and every case runs at it (the oracle too).
 # Before: 9 of its 172 make-verify cases ran, the rest unsupported for their scale.  What stays unsupported
 # must be what its API cannot take (verify/s_q > 1, fp8, non-causal), each reason quoting its source.
+# BACKENDS defaults to flaggems (flash_mla, dense) and flaggems-sparse (flash_mla_sparse_fwd, the sparse suite):
+# FlagGems' two MLA kernels, so every decode case of the default suites reaches one of them
+# (docs/kernel-backends.md, "FlagGems coverage").
 # Assumes the wheel sets under .site/* (scripts/gpu/setup_site.sh).  No network.
 #   OUT=/some/dir bash scripts/gpu/flaggems_all.sh      # OUT defaults to reports/flaggems
 # Writes $OUT/flaggems.jsonl, $OUT/flaggems.log, $OUT/flaggems.html and $OUT/flaggems-report.txt (the counts).
@@ -20,8 +24,11 @@ report="$OUT/flaggems-report.txt"
 
 start=$(date +%s)
 rm -f "$OUT/flaggems.jsonl"
-timeout -k 10 540 python3 -m harness.cli run --suite smoke,decode,verify,fp8,edge,graph,scale \
-    --backend flaggems --no-progress --out "$OUT/flaggems.jsonl" > "$OUT/flaggems.log" 2>&1
+SUITES=${SUITES:-$(sed -n 's/^SUITES ?= *//p' Makefile)}
+BACKENDS=${BACKENDS:-flaggems,flaggems-sparse}
+echo "suites $SUITES; backends $BACKENDS" | tee -a "$report"
+timeout -k 10 540 python3 -m harness.cli run --suite "$SUITES" \
+    --backend "$BACKENDS" --no-progress --out "$OUT/flaggems.jsonl" > "$OUT/flaggems.log" 2>&1
 echo "== run: exit $? in $(( $(date +%s) - start )) s" | tee -a "$report"
 tail -n 5 "$OUT/flaggems.log" | sed 's/^/   | /' | tee -a "$report"
 python3 -m harness.cli report "$OUT/flaggems.jsonl" -o "$OUT/flaggems.html" --max-drilldowns 200 \
@@ -36,12 +43,13 @@ ran = sum(count[s] for s in ("pass", "fail", "error", "crash", "timeout"))
 print(f"{len(rows)} rows; ran {ran} (pass {count['pass']}, fail {count['fail']}); "
       + ", ".join(f"{s} {n}" for s, n in sorted(count.items())))
 print(f"rows at the kernel's fixed scale (fixed_by_kernel): {sum('fixed_by_kernel' in r for r in rows)}")
-by = collections.Counter((r["suite"], r["scenario"], r["status"]) for r in rows)
-for (suite, scenario, status), n in sorted(by.items()):
-    print(f"   {suite:8s} {scenario:17s} {status:12s} {n}")
+by = collections.Counter((r["backend"], r["suite"], r["scenario"], r["status"]) for r in rows)
+for (backend, suite, scenario, status), n in sorted(by.items()):
+    print(f"   {backend:16s} {suite:8s} {scenario:17s} {status:12s} {n}")
 print("unsupported, by reason:")
-for reason, n in collections.Counter(r["reason"] for r in rows if r["status"] == "unsupported").most_common():
-    print(f"   {n:4d}  {reason[:220]}")
+for (backend, reason), n in collections.Counter((r["backend"], r["reason"]) for r in rows
+                                                 if r["status"] == "unsupported").most_common():
+    print(f"   {n:4d}  {backend}: {reason[:220]}")
 print("not passed (first 40):")
 for r in [r for r in rows if r["status"] not in ("pass", "unsupported")][:40]:
     print(f"   {r['status']:13s} {r['case_id']}: {(r.get('reason') or '')[:200]}")

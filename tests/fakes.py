@@ -1,0 +1,22 @@
+"""Stand-ins the tests share.
+
+- ``FakeWorker``: a worker as ``isolation.hand_out`` and ``placement`` see it (its state, chunk, cache and
+  worker set), recording what it is told instead of sending it to a process.
+"""
+
+from harness.worker import State, WorkerState
+from harness.worker_process import EMPTY_CACHE
+
+
+class FakeWorker(WorkerState):
+    """Busy with ``chunk`` when given one, else holding ``cache`` bytes (CACHED) or nothing (IDLE);
+    ``place``: its worker set (None: the only one).  ``told`` lists its messages: a chunk, "empty" or "retire"."""
+
+    def __init__(self, place=None, cache=0, chunk=None, holds=0):
+        super().__init__(place)
+        self.told = []
+        self.cache, self.chunk, self.holds = cache, chunk, holds
+        self.state = State.BUSY if chunk is not None else State.CACHED if cache else State.IDLE
+
+    def post(self, message):
+        self.told.append("retire" if message is None else "empty" if message == EMPTY_CACHE else message)

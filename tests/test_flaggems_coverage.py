@@ -1,0 +1,105 @@
+"""FlagGems' coverage of the default suites (issue 28): every decode case reaches one of its two MLA kernels
+or is refused for a reason that quotes the kernel, except the graph cases, whose reason says the limit is
+mla-verify's.  Read from the backends' declarations, without importing flag_gems (docs/kernel-backends.md,
+"FlagGems coverage").  Where flag_gems is installed, each quoted line is found in its source."""
+
+import ast
+import collections
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from harness.backends.flaggems_mla import NO_GRAPH, SIGNATURE, SOURCE, FlagGemsMLABackend
+from harness.backends.sparse_prefill import FlagGemsSparseBackend
+from harness.cases import load_suite
+from harness.scenarios.graph import no_graph_reason
+
+DEFAULT_SUITES = re.search(r"^SUITES \?= *(\S+)", (REPO / "Makefile").read_text(), re.M).group(1).split(",")
+
+
+def reason_of(case) -> str | None:
+    """What ``run --backend flaggems`` says of ``case`` on a GPU with flag_gems: the capability check, then
+    the scenario's own (graph: ``graph_session``; sparse: ``run_sparse``), as the runner and scenarios do."""
+    backend = FlagGemsMLABackend()
+    if case.scenario == "sparse":
+        return None if hasattr(backend, "run_sparse") else "no run_sparse"
+    reason = backend.capabilities.reason_unsupported(case, "cuda")
+    if reason is None and case.scenario == "graph" and not hasattr(backend, "graph_session"):
+        return no_graph_reason(backend)
+    return reason
+
+
+def reason_class(reason: str | None) -> str:
+    if reason is None:
+        return "runs"
+    for name, quote in (("s_q", SOURCE["grid"]), ("fp8", SIGNATURE + " has no descale"), ("graph", NO_GRAPH),
+                        ("sparse", "no run_sparse")):
+        if quote in reason:
+            return name
+    return f"unquoted: {reason}"
+
+
+@pytest.fixture(scope="module")
+def classes():
+    found = collections.defaultdict(list)
+    for suite in DEFAULT_SUITES:
+        for case in load_suite(suite).cases:
+            found[reason_class(reason_of(case))].append(case)
+    return found
+
+
+def test_every_refusal_of_a_default_suite_case_is_one_quoted_class(classes):
+    assert set(classes) == {"runs", "s_q", "fp8", "graph", "sparse"}, sorted(classes)
+    assert all(c.mode == "verify" and c.s_q > 1 for c in classes["s_q"])
+    assert all(c.dtype.startswith("fp8") for c in classes["fp8"])
+    assert all(c.scenario == "graph" and c.dtype in ("bf16", "fp16") for c in classes["graph"])
+
+
+def test_every_dense_case_of_one_query_row_in_bf16_or_fp16_runs_scenarios_included(classes):
+    """Decode, and verify of one draft token (its one row sees every key, as a decode row does)."""
+    ran = classes["runs"]
+    assert {c.scenario for c in ran} >= {"call", "padding", "determinism", "batch_invariance"}
+    assert any(c.mode == "verify" for c in ran)
+    for suite in DEFAULT_SUITES:
+        for c in load_suite(suite).cases:
+            if c.s_q == 1 and c.dtype in ("bf16", "fp16") and c.scenario not in ("graph", "sparse"):
+                assert c in ran, c.id
+
+
+def test_the_sparse_cases_flaggems_sparse_takes(classes):
+    """FlagGems' sparse MLA (``flash_mla_sparse_fwd``) is the ``flaggems-sparse`` backend: it declares every
+    sparse case of the default suites runnable."""
+    caps = FlagGemsSparseBackend.sparse_capabilities
+    assert classes["sparse"] and all(caps.reason_unsupported(c, "cuda") is None for c in classes["sparse"])
+
+
+def test_the_graph_refusal_blames_mla_verify_not_the_kernel():
+    assert "mla-verify's limit, not the kernel's" in NO_GRAPH
+
+
+def test_each_kernel_limit_quotes_a_line_of_its_source():
+    quotes = [f"`{line}`" for line in SOURCE.values()] + [SIGNATURE]
+    for what, text in FlagGemsMLABackend.capabilities.quoted_limits:
+        assert any(q in text for q in quotes), (what, text)
+
+
+def flaggems_source() -> str | None:
+    """flag_gems/fused/flash_mla.py as installed, read without importing flag_gems (its import needs CUDA)."""
+    spec = importlib.util.find_spec("flag_gems")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "fused" / "flash_mla.py"
+    return path.read_text() if path.exists() else None
+
+
+@pytest.mark.skipif(flaggems_source() is None, reason="flag_gems is not installed here")
+def test_the_quoted_lines_and_signature_are_flag_gems_own():
+    text = flaggems_source()
+    flat = re.sub(r"\s", "", text)
+    for name, line in SOURCE.items():
+        assert re.sub(r"\s", "", line) in flat, name
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "flash_mla")
+    assert [a.arg for a in fn.args.args] == re.findall(r"(\w+)[,)]", SIGNATURE.split("(", 1)[1])
