@@ -25,7 +25,7 @@ DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p
 NAME = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 FILE_ENDINGS = {"py", "md", "toml", "sh", "jsonl", "json", "html", "txt", "png", "yml", "whl", "so", "cu", "h",
                 "cuh", "log", "csv", "xml"}
-ROW_SECTIONS = {"bench", "conventions", "placement", "backend_info", "metrics", "fixed_by_kernel", "env"}
+ROW_SECTIONS = {"case", "bench", "conventions", "placement", "backend_info", "metrics", "fixed_by_kernel", "env"}
 
 
 def modules_by_last_part() -> dict[str, list[str]]:
