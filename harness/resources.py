@@ -20,6 +20,7 @@ from .conventions import view_width
 from .inputs import TORCH_DTYPES, cache_seqlens_for, draw_seq_lens, shared_pages_for
 from .integrity import HASH_ROW_BYTES
 from .pool import pages_for
+from .sparse_inputs import chunk_parts as sparse_chunk_parts
 
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
@@ -132,8 +133,10 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
 
 def chunk_bytes(cases: list[Case], capabilities=None) -> int:
     """The estimated peak memory of cases run as one chunk: what each holds until the chunk's
-    comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work)."""
-    parts = [_estimate(c, view_width(c, capabilities)) for c in cases]
+    comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work).  A sparse
+    case has its own inputs and estimate (``sparse_inputs.chunk_parts``)."""
+    parts = [sparse_chunk_parts(c) if c.scenario == "sparse" else _estimate(c, view_width(c, capabilities))
+             for c in cases]
     return sum(p["held"] for p in parts) + max((p["passing"] for p in parts), default=0)
 
 
