@@ -227,8 +227,10 @@ def chunk_parts(case: Case) -> dict[str, int]:
     and the oracle's block of keys, which come and go one case at a time)."""
     need = estimated_bytes(case)
     outputs = need["oracle"] - min(ROW_BLOCK_ELEMENTS, _entries(case) * case.d_qk) * 8 * 3
+    # the oracle's keys: every listed slot in float64, in both views at once while they are compared
+    keys = 2 * min(_entries(case), sum(cache_seqlens_for(case, draw_seq_lens(case)))) * case.d_qk * 8
     return {"held": need["records"] + 2 * 8 * (need["records"] // HASH_ROW_BYTES) + outputs,
-            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs)}
+            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs + keys)}
 
 
 def _entries(case: Case) -> int:
