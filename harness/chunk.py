@@ -1,6 +1,6 @@
 """Cases in chunks: each case's kernel runs on its own, the chunk's oracles and comparisons together.
 
-A case of the ``call`` scenario is built and launched on its own; its answer then waits for
+A case of the ``call`` (or ``sparse``) scenario is built and launched on its own; its answer then waits for
 the rest of its chunk, and one ``verdicts`` call runs the oracles still to run (after every kernel
 of the chunk; an answer without a short request got its oracle right after its own kernel, see
 ``scenarios._common.expect``) and compares them with one device-to-host transfer per group of
@@ -9,7 +9,9 @@ sharing the oracle's and the comparison's launches is what makes them cheap.  A 
 the same in any chunk (``reference/batched.py``, ``compare.check_tensors``), and a chunk of one is
 how a single case runs, so there is one path.
 
-Other scenarios (several calls per case, their own checks) run whole, one case at a time,
+A ``sparse`` case (``scenarios/sparse.py``) takes the same path with its own inputs, oracle and
+judging: ``scenarios.verdicts`` hands each answer to its scenario's judging, a chunk's sparse answers
+together.  Other scenarios (several calls per case, their own checks) run whole, one case at a time,
 in the order the chunk gives them.
 """
 
@@ -52,8 +54,13 @@ def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Out
 
 def shape_order(case: Case) -> tuple:
     """Cases whose oracle requests can share blocks (``reference/batched.py``) sort together: short
-    cases first (a long one fills a chunk's memory alone), then by shape."""
+    cases first (a long one fills a chunk's memory alone), then by shape.  Sparse cases sort by what
+    sizes their oracle and comparison (record format, topk, heads, rows), so a chunk's same-size tensors
+    are compared in one group."""
     long = max(cache_seqlens_for(case, draw_seq_lens(case)), default=0) > SHARED_MAX_KEYS
+    if case.scenario == "sparse":
+        return (long, case.scenario, case.kv_format, case.topk, case.d_qk, case.heads, case.s_q, case.batch_size,
+                case.page_size)
     return (long, case.scenario, case.dtype, case.d_qk, case.d_v, case.page_size, case.kv_heads, case.heads,
             case.s_q, case.batch_size)
 
@@ -162,7 +169,7 @@ def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
           "comparing each alone", file=sys.stderr)
     alone = []
     for answer, clock in zip(answers, clocks):
-        answer.expected = answer.end_to_end = None      # computed again, alone
+        answer.reset()      # its oracle computed again, alone
         t0 = time.perf_counter()
         with clock:
             judged, failure = _guarded(lambda answer=answer: scenarios.verdicts([answer]))

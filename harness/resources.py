@@ -25,6 +25,7 @@ from .cases import Case
 from .conventions import key_width, view_footprint, view_width
 from .inputs import cache_seqlens_for, draw_seq_lens, footprint
 from .integrity import witness_bytes
+from .sparse_inputs import chunk_parts as sparse_chunk_parts
 
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
@@ -112,8 +113,10 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
 
 def chunk_bytes(cases: list[Case], capabilities=None) -> int:
     """The estimated peak memory of cases run as one chunk: what each holds until the chunk's
-    comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work)."""
-    parts = [_estimate(c, view_width(c, capabilities)) for c in cases]
+    comparison, and the largest of what passes (draws, the oracle's blocks, the kernel's work).  A sparse
+    case has its own inputs and estimate (``sparse_inputs.chunk_parts``)."""
+    parts = [sparse_chunk_parts(c) if c.scenario == "sparse" else _estimate(c, view_width(c, capabilities))
+             for c in cases]
     return sum(p["held"] for p in parts) + max((p["passing"] for p in parts), default=0)
 
 

@@ -29,7 +29,7 @@ from reference.sparse import ROW_BLOCK_ELEMENTS
 from .cases import Case
 from .errors import InputError
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
-from .integrity import guarded
+from .integrity import HASH_ROW_BYTES, guarded
 from .kv_store import first_writes
 from .pool import allocate
 from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
@@ -220,6 +220,24 @@ def estimated_bytes(case: Case) -> dict[str, int]:
              + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
     parts["total"] = sum(parts.values())
     return parts
+
+
+def chunk_parts(case: Case) -> dict[str, int]:
+    """The case's share of a chunk's memory (``resources.chunk_bytes``), from ``estimated_bytes``:
+    ``held`` until the chunk's comparison (the records, the witness's fingerprints of them, the kernel's
+    and the oracle's outputs) and ``passing`` (the largest of the draws, the prefill adapters' bf16 pool
+    and the oracle's block of keys, which come and go one case at a time)."""
+    need = estimated_bytes(case)
+    outputs = need["oracle"] - min(ROW_BLOCK_ELEMENTS, _entries(case) * case.d_qk) * 8 * 3
+    # the oracle's keys: every listed slot in float64, in both views at once while they are compared
+    keys = 2 * min(_entries(case), sum(cache_seqlens_for(case, draw_seq_lens(case)))) * case.d_qk * 8
+    return {"held": need["records"] + 2 * 8 * (need["records"] // HASH_ROW_BYTES) + outputs,
+            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs + keys)}
+
+
+def _entries(case: Case) -> int:
+    """Index entries of the case: query rows times ``topk``."""
+    return len(query_rows(case, list(draw_seq_lens(case)))) * case.topk
 
 
 def output_buffer(inputs: SparseInputs) -> torch.Tensor:

@@ -7,8 +7,15 @@ format's reader (``sparse_cache``) in one of two views:
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
 
 A backend declares the view its arithmetic starts from (``SparseCapabilities.kv_dequant``); the
-comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).
+comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where the
+two views' keys are equal bit for bit (power-of-two scales) the other view shares the first's answer.
+
+For a chunk of cases (``start_views`` then ``finish_views``) whether the views are equal is a device
+flag, read with the others of the chunk in one transfer; ``expected_views`` is the same for one case.
+The slot set is taken on the device (``torch.unique``: its size is the one wait a case costs here).
 """
+
+from dataclasses import dataclass
 
 import torch
 
@@ -18,31 +25,73 @@ from .sparse_cache import dequantize, read_records
 from .sparse_inputs import SparseCase
 
 
+@dataclass
+class PendingViews:
+    """A case's oracle under way: the first view's answer, and the second view's, to be decided."""
+
+    case: SparseCase
+    views: tuple
+    answers: dict                       # view -> (out, lse)
+    same: torch.Tensor | None = None    # device bool: the second view's keys equal the first's bit for bit
+
+
 def expected(case: SparseCase, view: str) -> tuple[torch.Tensor, torch.Tensor]:
     """out ``(n, s_q, heads, d_v)`` and LSE ``(n, heads, s_q)``, float64, on the inputs' device."""
     return expected_views(case, (view,))[view]
 
 
 def expected_views(case: SparseCase, views: tuple) -> dict:
-    """``expected`` in each view, the records read once; a view whose keys equal an earlier view's bit
-    for bit (power-of-two scales: docs/sparse.md) shares that view's answer, the same tensors."""
+    """``expected`` in each of one or two views, the records read once; a second view whose keys equal
+    the first's bit for bit (power-of-two scales: docs/sparse.md) shares its answer, the same tensors."""
+    pending = start_views(case, views)
+    return finish_views(pending, pending.same is not None and bool(pending.same))
+
+
+def start_views(case: SparseCase, views: tuple) -> PendingViews:
+    """The first view's answer queued on the device and, with a second view, whether its keys equal the
+    first's (a device flag: ``finish_views`` is told it)."""
+    if not 1 <= len(views) <= 2:
+        raise ValueError(f"one or two views, not {views}")
+    used, local, records = _key_rows(case)
+    keys = dequantize(records, case.inputs.fmt, views[0])
+    pending = PendingViews(case, views, {views[0]: _attend(case, keys, local)})
+    if len(views) == 2:
+        # the row of a -1 entry (slot 0 read in its place) is never attended: it does not count
+        other = dequantize(records, case.inputs.fmt, views[1])
+        pending.same = ((keys == other) | (used < 0)[:, None]).all()
+    return pending
+
+
+def finish_views(pending: PendingViews, same: bool) -> dict:
+    """Every view's answer: the second view's the first's where ``same``, else computed (the records
+    read again: a chunk does not hold its cases' keys while their flags travel)."""
+    answers = dict(pending.answers)
+    if len(pending.views) == 2:
+        first, second = pending.views
+        if same:
+            answers[second] = answers[first]
+        else:
+            _, local, records = _key_rows(pending.case)
+            answers[second] = _attend(pending.case, dequantize(records, pending.case.inputs.fmt, second), local)
+    return answers
+
+
+def _key_rows(case: SparseCase):
+    """The sorted slots some entry lists (-1 first where an entry is invalid), each entry's row among
+    them (-1 kept), and their records (slot 0's in the row of -1: read, never attended)."""
+    inputs = case.inputs
+    n, s_q = inputs.q.shape[:2]
+    flat = inputs.indices.reshape(n * s_q, -1).long()                 # on the device: no host round trip
+    used = torch.unique(flat)
+    local = torch.where(flat >= 0, torch.searchsorted(used, flat), torch.full_like(flat, -1))
+    pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
+    return used, local, read_records(pool, used.clamp_min(0), inputs.fmt, inputs.page_size)
+
+
+def _attend(case: SparseCase, keys: torch.Tensor, local: torch.Tensor):
     inputs = case.inputs
     n, s_q, heads, d = inputs.q.shape
-    flat = inputs.indices.reshape(n * s_q, -1).long()                  # on the device: no host round trip
-    used = torch.unique(flat[flat >= 0])                              # sorted slots some row lists
-    position = torch.searchsorted(used, flat.clamp_min(0))            # each entry's row of ``keys``
-    local = torch.where(flat >= 0, position, torch.full_like(flat, -1))
-    pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-    records = read_records(pool, used, inputs.fmt, inputs.page_size)
-    answers, seen = {}, []
-    for view in views:
-        keys = dequantize(records, inputs.fmt, view)
-        same = next((v for v, k in seen if torch.equal(k, keys)), None)
-        if same is not None:
-            answers[view] = answers[same]
-            continue
-        seen.append((view, keys))
-        out, lse = sparse_attention(inputs.q.reshape(n * s_q, heads, d), keys, local, inputs.softmax_scale,
-                                    inputs.d_v, inputs.attn_sink)
-        answers[view] = out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)
-    return answers
+    # ``local`` is in range by construction (searchsorted over the slots it came from): no check, no wait
+    out, lse = sparse_attention(inputs.q.reshape(n * s_q, heads, d), keys, local, inputs.softmax_scale,
+                                inputs.d_v, inputs.attn_sink, trusted=True)
+    return out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)

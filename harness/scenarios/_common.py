@@ -58,14 +58,14 @@ def launch(backend, inputs: Inputs) -> KernelCall:
         if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
             backend.prepare(inputs)
         kernel_time = KernelTime(inputs.device)
-        out, lse = _survived(backend.run, inputs)
+        out, lse = call_surviving_exit(backend.run, inputs)
         kernel_time.stop()
         settle(inputs.device)   # an asynchronous kernel fault surfaces here, still in the kernel's phase
     reject_malformed(out, lse, inputs.device)
     return KernelCall(out, lse, kernel_time, witness.seal())
 
 
-def _survived(run, inputs):
+def call_surviving_exit(run, inputs):
     """``run(inputs)``, where a kernel that exits the interpreter (``sys.exit``) raised instead: in-process
     it would end the run with no verdict and no rows."""
     try:
@@ -138,6 +138,10 @@ class Answer:
     extra_messages: tuple = ()
     expected: tuple | None = None        # the oracle's (out, lse) on exactly the kernel's inputs (``verdicts``)
     end_to_end: tuple | None = None      # fp8: the oracle's (out, lse) on the unquantised inputs
+
+    def reset(self):
+        """Forget the oracle's answers, to be computed again (alone, after judging a chunk together raised)."""
+        self.expected = self.end_to_end = None
 
 
 def expect(case, backend, inputs, call: KernelCall, others=(), extra_failures=(), extra_metrics=None,

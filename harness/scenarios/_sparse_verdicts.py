@@ -1,0 +1,142 @@
+"""A chunk's sparse answers judged together: the oracles, one transfer per group of same-size tensors.
+
+Per chunk, not per case: the witnesses' changed flags are read once, first (a kernel that changed its
+inputs is not compared: the oracle would read the changed inputs, and a changed index could send its
+gather out of bounds); the oracles are queued case by case (``sparse_oracle.start_views``), the flags
+that say whether two views' keys are equal read in one transfer; the comparisons go through
+``compare.check_tensors`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones.  A
+case's numbers are those it gets alone (``compare.check_tensors``), so its row is the same in any chunk.
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..checks import INPUTS_UNCHANGED, tensor_check
+from ..compare import Pair, check_tensors, describe_failure, expected_lse_for
+from ..integrity import Witness, changed_flags
+from ..outcome import Outcome
+from ..phases import KernelTime, phase
+from ..sparse_inputs import SparseCase
+from ..sparse_oracle import finish_views, start_views
+from ..tolerances import TOLERANCES
+from ._common import lse_base_e
+
+OTHER_VIEW = {"exact": None, "bf16_product": "exact"}
+
+
+@dataclass
+class SparseAnswer:
+    """One sparse kernel call's answer, waiting for its chunk's oracles and comparison (``verdicts``)."""
+
+    case: object
+    backend: object
+    scase: SparseCase
+    out: torch.Tensor
+    lse: torch.Tensor | None
+    kernel_ms: KernelTime
+    witness: Witness
+    expected: dict | None = None        # view -> the oracle's (out, lse), once computed
+
+    @property
+    def views(self) -> tuple:
+        """The gating view (the backend's), then the recorded one where the kernel's differs."""
+        gating = self.backend.sparse_capabilities.kv_dequant
+        return (gating,) + ((OTHER_VIEW[gating],) if OTHER_VIEW[gating] else ())
+
+    def reset(self):
+        """Forget the oracle's answers, to be computed again (alone, after judging a chunk together raised)."""
+        self.expected = None
+
+
+def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Outcome]:
+    """Each answer's outcome, in order; ``timing`` gets the host milliseconds of ``oracle`` and ``compare``."""
+    t0 = time.perf_counter()
+    with phase("oracle"):
+        changed = changed_flags([a.witness for a in answers])
+        run_oracles([a for a, c in zip(answers, changed) if not c])
+    t1 = time.perf_counter()
+    with phase("compare"):
+        checks = compare([a for a, c in zip(answers, changed) if not c])
+        outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0)) for a, c in zip(answers, changed)]
+    t2 = time.perf_counter()
+    if timing is not None:
+        timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
+    for o in outcomes:
+        o.reference_ms = (t2 - t0) * 1e3 / len(answers)
+    return outcomes
+
+
+def run_oracles(answers: list[SparseAnswer]):
+    """Each answer's oracle in its views; whether second views equal first ones read in one transfer."""
+    todo = [a for a in answers if a.expected is None]
+    pending = [start_views(a.scase, a.views) for a in todo]
+    flagged = [p for p in pending if p.same is not None]
+    same = dict(zip(map(id, flagged), torch.stack([p.same for p in flagged]).tolist() if flagged else []))
+    for a, p in zip(todo, pending):
+        a.expected = finish_views(p, same.get(id(p), False))
+
+
+def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
+    """Per answer its gating checks (out, LSE) and its other view's (the same objects where the views'
+    answers are the same tensors; none with one view), in groups by tensor name and bound."""
+    tol = TOLERANCES["bf16"]
+    bounds = {"out": tol.out, "lse": tol.lse}
+    slots, batches = [], {}                 # per answer [gating, other] lists of (name, index in batch)
+    for a in answers:
+        views = a.views
+        per_view = []
+        for view in views:
+            if view != views[0] and a.expected[view] is a.expected[views[0]]:
+                per_view.append(per_view[0])
+                continue
+            placed = []
+            for name, pair in _pairs(a, *a.expected[view]).items():
+                batches.setdefault(name, []).append(pair)
+                placed.append((name, len(batches[name]) - 1))
+            per_view.append(placed)
+        slots.append(per_view)
+    done = {name: check_tensors(name, pairs, bounds[name]) for name, pairs in batches.items()}
+    return [([done[n][i] for n, i in per_view[0]], [done[n][i] for n, i in per_view[1]] if len(per_view) > 1
+             else []) for per_view in slots]
+
+
+def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
+    caps = a.backend.sparse_capabilities
+    exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
+    return {"out": Pair(a.out, exp_out, torch.bfloat16),
+            "lse": Pair(lse_base_e(a.lse, caps), exp_lse, torch.float32, actual_dtype=a.lse.dtype)}
+
+
+def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
+    other_view = OTHER_VIEW[a.backend.sparse_capabilities.kv_dequant]
+    failed = [c for c in checks if not c.passed]
+    metrics = {c.name: c.to_dict() for c in checks}
+    metrics.update({f"{c.name}_{other_view}": c.to_dict() for c in other})
+    metrics["sparse"] = _key_set_counts(a.scase)
+    return Outcome.judged(
+        [tensor_check(c.name, f) for c in failed for f in c.failures],
+        metrics=metrics, messages=[describe_failure(a.case.id, c) for c in failed],
+        warnings=[f"{other_view} view (not gating): " + describe_failure(a.case.id, c)
+                  for c in other if not c.passed],
+        details=_details(a), kernel_ms=float(a.kernel_ms))
+
+
+def _tampered(a: SparseAnswer) -> Outcome:
+    where = a.witness.describe()
+    return Outcome.judged([INPUTS_UNCHANGED], metrics={INPUTS_UNCHANGED: {"changed": where}},
+                          messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with "
+                                    "the oracle, which would read the changed inputs)"],
+                          details=_details(a), kernel_ms=float(a.kernel_ms))
+
+
+def _key_set_counts(scase: SparseCase) -> dict:
+    valid = (scase.indices >= 0).sum(dim=-1).flatten()          # the host copy: no wait
+    return {"rows": int(valid.numel()), "topk": scase.inputs.topk, "valid_entries": int(valid.sum()),
+            "empty_rows": int((valid == 0).sum()), "kv_format": scase.inputs.kv_format}
+
+
+def _details(a: SparseAnswer) -> dict:
+    return {"seq_lens": a.scase.seq_lens, "tokens_seen": a.scase.seen,
+            "sparse_conventions": a.backend.sparse_capabilities.conventions()}
