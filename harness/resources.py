@@ -26,6 +26,7 @@ from .conventions import key_width, view_footprint, view_width
 from .inputs import cache_seqlens_for, draw_seq_lens, footprint
 from .integrity import witness_bytes
 from .sparse_inputs import chunk_parts as sparse_chunk_parts
+from .sparse_inputs import estimated_bytes as sparse_estimated_bytes
 
 GiB = 1 << 30
 CPU_FRACTION = 0.5      # leave the rest to the OS, the kernel's process and a second worker
@@ -101,12 +102,13 @@ def too_large_reason(case: Case, device: str, available: int | None = None,
         available, measured = available_bytes(device)
     elif measured is None:
         measured = f"{available / GiB:.1f} GiB given"
-    need = estimated_bytes(case, capabilities)
+    sparse = case.scenario == "sparse"         # its own inputs, records and oracle (sparse_inputs)
+    need = sparse_estimated_bytes(case) if sparse else estimated_bytes(case, capabilities)
     budget = int(available * fraction)
     if need["total"] <= budget:
         return None
-    detail = ", ".join(f"{k} {need[k] / GiB:.1f}" for k in ("pools", "inputs", "layout", "view", "checking")
-                       if k != "view" or need[k])
+    parts = [k for k in need if k != "total"] if sparse else ["pools", "inputs", "layout", "view", "checking"]
+    detail = ", ".join(f"{k} {need[k] / GiB:.1f}" for k in parts if k != "view" or need[k])
     return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), "
             f"over the {budget / GiB:.1f} GiB budget ({fraction:.0%} of {measured})")
 

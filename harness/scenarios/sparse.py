@@ -17,8 +17,7 @@ import torch
 from ..integrity import Witness
 from ..outcome import Outcome
 from ..phases import KERNEL, KernelTime, phase, settle
-from ..resources import CPU_FRACTION, CUDA_FRACTION, GiB, available_bytes
-from ..sparse_inputs import SparseCase, build, estimated_bytes, output_buffer, validate_indices
+from ..sparse_inputs import SparseCase, build, output_buffer, validate_indices
 from ._common import call_surviving_exit, reject_malformed
 from ._sparse_verdicts import OTHER_VIEW, SparseAnswer, verdicts  # noqa: F401  (the scenario's judging)
 
@@ -42,27 +41,13 @@ def run(case, backend, device) -> Outcome:
 
 
 def refusal(case, backend, device) -> str | None:
-    """Why the case is ``unsupported`` here (no sparse entry point, the backend's limits, too large)."""
+    """Why the case is ``unsupported`` here (no sparse entry point, the backend's limits)."""
     if not hasattr(backend, "run_sparse"):
         return (f"{backend.name} has no sparse entry point (run_sparse): mla-verify calls it for dense paged "
                 "MLA only")
-    reason = backend.sparse_capabilities.reason_unsupported(case, torch.device(device).type)
-    return reason if reason is not None else too_large(case, device)
-
-
-def too_large(case, device) -> str | None:
-    """The sparse case's own size estimate (``sparse_inputs.estimated_bytes``) against this machine's
-    budget, as ``resources`` budgets dense cases: over it, the numbers, before anything is allocated."""
-    kind = torch.device(device).type
-    available, measured = available_bytes(device)
-    budget = int(available * (CUDA_FRACTION if kind == "cuda" else CPU_FRACTION))
-    need = estimated_bytes(case)
-    if need["total"] <= budget:
-        return None
-    detail = ", ".join(f"{k} {v / GiB:.1f}" for k, v in need.items() if k != "total")
-    return (f"too large for this machine: needs about {need['total'] / GiB:.1f} GiB ({detail} GiB), over "
-            f"the {budget / GiB:.1f} GiB budget ({CUDA_FRACTION if kind == 'cuda' else CPU_FRACTION:.0%} "
-            f"of {measured})")
+    # too large for the machine: the runner's precheck, against memory measured before any worker ran
+    # (resources.too_large_reason, with sparse_inputs.estimated_bytes)
+    return backend.sparse_capabilities.reason_unsupported(case, torch.device(device).type)
 
 
 def launch(backend, scase: SparseCase):
