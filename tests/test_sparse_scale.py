@@ -2,7 +2,7 @@
 
 from harness.backends.torch_backend import TorchBackend
 from harness.cases import load_suite
-from harness.scenarios import run
+from harness.runner import run_case
 from harness.sparse_inputs import estimated_bytes
 from harness.status import Status
 
@@ -16,15 +16,18 @@ def test_the_suite_covers_the_issues_scale():
 
 
 def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything_is_built(monkeypatch):
+    """The runner's precheck budgets a sparse case with its own estimate (``resources.too_large_reason``),
+    against memory measured before any worker ran: measured inside a worker, three others' cases made two
+    upstream cases "too large" on an H200 they fit (docs/gpu-runs.md, 2026-12-04)."""
     case = next(c for c in load_suite("sparse").cases if c.id == "sparse/corners/0")
     need = estimated_bytes(case)
     assert need["total"] == sum(v for k, v in need.items() if k != "total") > 0
-    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (need["total"], "a test's"))
-    outcome = run(case, TorchBackend(), "cpu")           # half of it is the CPU budget: too large
-    assert outcome.status is Status.UNSUPPORTED
-    assert "too large for this machine" in outcome.reason and "draws" in outcome.reason
-    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (4 * need["total"], "a test's"))
-    assert run(case, TorchBackend(), "cpu").status is Status.PASS
+    monkeypatch.setattr("harness.resources.available_bytes", lambda device: (need["total"], "a test's"))
+    row = run_case(case, TorchBackend(), "torch", "cpu")      # half of it is the CPU budget: too large
+    assert row["status"] == Status.UNSUPPORTED.value
+    assert "too large for this machine" in row["reason"] and "draws" in row["reason"]
+    monkeypatch.setattr("harness.resources.available_bytes", lambda device: (4 * need["total"], "a test's"))
+    assert run_case(case, TorchBackend(), "torch", "cpu")["status"] == Status.PASS.value
 
 
 def test_the_estimate_grows_with_the_tokens_written():
