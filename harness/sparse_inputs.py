@@ -1,9 +1,10 @@
 """A sparse case's inputs, as SGLang 0.5.23's DSA backend builds them (``dsa_backend.py``), and the gate.
 
 - The pool: pages of ``page_size`` fp8 token records (``sparse_cache``), all poisoned (0xFF: NaN in every
-  part of a record) and then written with every request's tokens through ``req_to_token`` (``pool.allocate``:
-  shuffled pages, page 0 reserved, spare pages and an optional radix-shared prefix).  A record no index
-  selects keeps its poison or another request's tokens, so a read outside a key set shows.
+  part of a record) and then written through ``req_to_token`` (``pool.allocate``: shuffled pages, page 0
+  reserved, spare pages and an optional radix-shared prefix) with the tokens some index selects.  A record
+  no index selects keeps its poison, scale and rope bytes included, so a read outside every key set shows
+  (an engine's cache holds every token; only the selected ones are read).
 - The query rows: decode has one per request, which sees its ``seq_len`` tokens.  Target verify is
   flattened as SGLang does it: draft i of request r is a row of its own (``s_q = 1``) that sees
   ``seq_len + i + 1`` tokens; causality lives only in the indices.
@@ -166,6 +167,20 @@ def engine_shape(case: Case) -> int:
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
+def selected_writes(layout, first: list[int], last: list[int], indices: torch.Tensor, num_slots: int):
+    """The engine's writes (``write_slots``) of the tokens some index selects: their slots, and each one's
+    row in the tokens of all requests back to back.  The other tokens are not written: their records keep
+    the pool's poison, so a kernel that reads a record outside every key set (its own request's included)
+    reads NaN.  A selected record's bytes are the same as with every token written."""
+    slots, source = write_slots(layout, first, last)
+    flat = indices.reshape(-1).numpy()
+    selected = np.zeros(num_slots, dtype=bool)
+    selected[flat[(flat >= 0) & (flat < num_slots)]] = True
+    keep = selected[slots.numpy()]
+    rows = np.arange(len(slots), dtype=np.int32) if source is None else source.numpy()
+    return slots[torch.from_numpy(keep)], torch.from_numpy(rows[keep])
+
+
 def build(case: Case, device) -> SparseCase:
     """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``."""
     device = torch.device(device)
@@ -183,10 +198,11 @@ def build(case: Case, device) -> SparseCase:
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
     cache = cache.view(-1, s_q).amax(dim=1).to(torch.int32)
-    slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
+    slots, source = selected_writes(layout, first_writes(shared_pages_for(case, total), case.page_size), total,
+                                    host_indices, layout.num_pages * case.page_size)
     sink = sink_for(case, host_gen)
     # the sink travels as its float32 bits: one int32 transfer carries everything
-    sent = to_device([host_indices, cache, layout.req_to_token, slots]
+    sent = to_device([host_indices, cache, layout.req_to_token, slots, source]
                      + ([sink.float().view(torch.int32)] if sink is not None else []), device)
     if drawn is not None and device.type != "cpu":
         sent[0] = drawn.view(host_indices.shape)          # already there: the copy sent is not used
@@ -194,12 +210,11 @@ def build(case: Case, device) -> SparseCase:
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
     pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    written = tokens if source is None else tokens[source.to(device, torch.long)]
-    write_records(pool, sent[3], quantize(written, fmt, case.kv_scales), fmt, case.page_size)
+    write_records(pool, sent[3], quantize(tokens[sent[4].long()], fmt, case.kv_scales), fmt, case.page_size)
     inputs = SparseInputs(
         q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
             layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
-        indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[4].view(torch.float32) if sink is not None else None,
+        indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[5].view(torch.float32) if sink is not None else None,
         req_to_token=sent[2], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
     return SparseCase(inputs, host_indices, [seen for _, seen in rows], list(seq_lens))
 
