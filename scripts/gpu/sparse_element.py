@@ -30,7 +30,7 @@ emul = float((pb * v).sum() / p.sum())
 print(f"keys {len(rows)}; exact {exact:.6f}; P rounded to bf16: {emul:.6f} (diff {emul-exact:+.6f}); "
       f"2^-9*sqrt(sum p^2 v^2)/sum p = {2**-9*float(((p/p.sum())**2*v**2).sum().sqrt()):.6f}; "
       f"max |v| {float(v.abs().max()):.3f}; top p {sorted((p/p.sum()).tolist())[-3:]}")
-top = torch.topk(p / p.sum(), 3)
+top = torch.topk(p / p.sum(), min(3, p.numel()))
 print("top weights", top.values.tolist(), "their v", v[top.indices].tolist())
 if torch.cuda.is_available():
     import dataclasses
