@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.sparse import sparse_attention
+from reference.sparse import weighted_value_magnitudes as reference_magnitudes
 
 from .sparse_cache import dequantize, read_records
 from .sparse_inputs import SparseCase
@@ -76,12 +77,24 @@ def finish_views(pending: PendingViews, same: bool) -> dict:
     return answers
 
 
-def _key_rows(case: SparseCase):
-    """The sorted slots some entry lists (-1 first where an entry is invalid), each entry's row among
-    them (-1 kept), and their records (slot 0's in the row of -1: read, never attended)."""
+def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -> torch.Tensor:
+    """``sum_j p_j |V_j|`` of the flattened query ``rows`` ``(len(rows), heads, d_v)``, in ``view``: the
+    scale of the kernel's weight-rounding error there (``weight_rounding``)."""
+    inputs = case.inputs
+    n, s_q, heads, d = inputs.q.shape
+    _, local, records = _key_rows(case, rows)
+    return reference_magnitudes(inputs.q.reshape(n * s_q, heads, d)[rows], dequantize(records, inputs.fmt, view),
+                                local, inputs.softmax_scale, inputs.d_v, inputs.attn_sink)
+
+
+def _key_rows(case: SparseCase, rows: torch.Tensor | None = None):
+    """The sorted slots some entry (of ``rows``, else of every query row) lists (-1 first where an entry
+    is invalid), each entry's row among them (-1 kept), and their records (slot 0's in the row of -1:
+    read, never attended)."""
     inputs = case.inputs
     n, s_q = inputs.q.shape[:2]
     flat = inputs.indices.reshape(n * s_q, -1).long()                 # on the device: no host round trip
+    flat = flat if rows is None else flat[rows]
     used = torch.unique(flat)
     local = torch.where(flat >= 0, torch.searchsorted(used, flat), torch.full_like(flat, -1))
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)

@@ -51,7 +51,21 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
     return out, lse
 
 
-def _attend(q, keys, indices, scale, d_v):
+def weighted_value_magnitudes(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor, softmax_scale: float,
+                              d_v: int, sink: torch.Tensor | None = None) -> torch.Tensor:
+    """``sum_j p_j |V[idx_j]|`` per query row, head and value column ``(n, h, d_v)``, float64, with ``p`` the
+    softmax weights (the sink's factor applied, as to out): the scale of the error a kernel makes by rounding
+    each weight before the P.V product (harness/tolerances.py's error model).  Arguments as for
+    ``sparse_attention``; meant for a few rows at a time."""
+    if keys.shape[0] == 0:
+        keys = keys.new_zeros(1, q.shape[-1])
+    magnitudes, lse = _attend(q, keys, indices, softmax_scale, d_v, absolute_values=True)
+    if sink is not None:
+        magnitudes = magnitudes * sink_factor(lse, sink.to(keys.device, torch.float64))[..., None]
+    return magnitudes
+
+
+def _attend(q, keys, indices, scale, d_v, absolute_values=False):
     idx = indices.to(keys.device, torch.long)
     valid = idx >= 0
     k = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()           # (n, topk, d)
@@ -61,7 +75,8 @@ def _attend(q, keys, indices, scale, d_v):
     lse = torch.logsumexp(s, dim=-1)                                             # -inf for an empty row
     empty = torch.isneginf(lse)
     p = torch.exp(s - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
-    out = torch.einsum("nhk,nkd->nhd", p, k[..., :d_v])
+    values = k[..., :d_v].abs() if absolute_values else k[..., :d_v]
+    out = torch.einsum("nhk,nkd->nhd", p, values)
     return out, torch.where(empty, torch.full_like(lse, math.inf), lse)
 
 

@@ -26,7 +26,7 @@ LAYERS = [
     ["harness.placement", "harness.gpus", "harness.gpu_memory"],
     ["harness.mutants"],
     ["harness.scenarios"],
-    ["harness.compare", "harness.inputs", "harness.kernel_inputs", "harness.kv_store", "harness.case_lengths",
+    ["harness.compare", "harness.weight_rounding", "harness.inputs", "harness.kernel_inputs", "harness.kv_store", "harness.case_lengths",
      "harness.backends", "harness.oracle", "harness.diagnostics",
      "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs",
      "harness.sparse_oracle"],

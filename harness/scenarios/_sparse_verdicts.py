@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import weight_rounding
 from ..checks import INPUTS_UNCHANGED, tensor_check
 from ..compare import Pair, check_tensors, describe_failure, expected_lse_for
 from ..integrity import Witness, changed_flags
 from ..outcome import Outcome
 from ..phases import KernelTime, phase
 from ..sparse_inputs import SparseCase
-from ..sparse_oracle import finish_views, start_views
+from ..sparse_oracle import finish_views, start_views, weighted_value_magnitudes
 from ..tolerances import TOLERANCES
 from ._common import lse_base_e
 
@@ -58,7 +59,10 @@ def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Ou
         run_oracles([a for a, c in zip(answers, changed) if not c])
     t1 = time.perf_counter()
     with phase("compare"):
-        checks = compare([a for a, c in zip(answers, changed) if not c])
+        judged = [a for a, c in zip(answers, changed) if not c]
+        checks = compare(judged)
+        for a, (gating, other) in zip(judged, checks):
+            second_look(a, gating, other)
         outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0)) for a, c in zip(answers, changed)]
     t2 = time.perf_counter()
     if timing is not None:
@@ -102,6 +106,19 @@ def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
              else []) for per_view in slots]
 
 
+def second_look(a: SparseAnswer, gating: list, other: list):
+    """The error model's second look (``weight_rounding``) at an out over the flat element bound, in each
+    view's keys; a check the two views share is looked at once."""
+    views = a.views
+    looked = set()
+    for view, checks in zip(views, (gating, other)):
+        for check in checks:
+            if check.name == "out" and id(check) not in looked:
+                looked.add(id(check))
+                weight_rounding.recheck(check, a.out, a.expected[view][0], TOLERANCES["bf16"].out,
+                                        lambda rows, view=view: weighted_value_magnitudes(a.scase, view, rows))
+
+
 def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
     caps = a.backend.sparse_capabilities
     exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
@@ -119,7 +136,8 @@ def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
         [tensor_check(c.name, f) for c in failed for f in c.failures],
         metrics=metrics, messages=[describe_failure(a.case.id, c) for c in failed],
         warnings=[f"{other_view} view (not gating): " + describe_failure(a.case.id, c)
-                  for c in other if not c.passed],
+                  for c in other if not c.passed]
+        + [weight_rounding.describe(a.case.id, c) for c in checks if c.passed and c.weight_rounding],
         details=_details(a), kernel_ms=float(a.kernel_ms))
 
 
