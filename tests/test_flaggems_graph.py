@@ -123,9 +123,12 @@ def test_a_step_fills_q_seq_lens_and_table_rows_and_the_call_reads_those_buffers
         assert seqlens.data_ptr() == session.seq_buf.data_ptr()
 
 
-def test_addresses_name_the_captured_buffers():
+def test_addresses_name_the_captured_buffers_and_a_metadata_refresh_leaves_them_alone():
     _, template = make_store(make_case(), [5, 63, 100])
     session = FlagGemsGraphSession(CPUFlagGems(), 3, 400, template)
+    before = [t.clone() for t in (session.table, session.seq_buf, session.q_buf)]
+    session.refresh_metadata(3)              # what the bench's graph step calls before each replay
+    assert all(torch.equal(a, b) for a, b in zip(before, (session.table, session.seq_buf, session.q_buf)))
     assert session.addresses() == {"block_table": session.table.data_ptr(),
                                    "cache_seqlens": session.seq_buf.data_ptr(), "q": session.q_buf.data_ptr()}
 

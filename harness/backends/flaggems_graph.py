@@ -81,6 +81,9 @@ class FlagGemsGraphSession:
         with torch.cuda.graph(self.graph):
             self.out = self.forward(bs)
 
+    def refresh_metadata(self, bs: int):
+        """Nothing to refresh: flash_mla has no scheduler metadata (the bench's graph step calls this)."""
+
     def replay(self, q_real: torch.Tensor, seq_lens_padded, rows_pages):
         """One decode step: real rows' q, all rows' seq lens (padding rows at the fill value), the table."""
         self.set_batch(q_real, seq_lens_padded, rows_pages)
