@@ -1,7 +1,7 @@
 """FlagGems' coverage of the default suites (issue 28): every decode case reaches one of its two MLA kernels
-or is refused for a reason that quotes the kernel, except the graph cases, whose reason says the limit is
-mla-verify's.  Read from the backends' declarations, without importing flag_gems (docs/kernel-backends.md,
-"FlagGems coverage").  Where flag_gems is installed, each quoted line is found in its source."""
+(the graph cases through its ``graph_session``) or is refused for a reason that quotes the kernel.  Read
+from the backends' declarations, without importing flag_gems (docs/kernel-backends.md, "FlagGems
+coverage").  Where flag_gems is installed, each quoted line is found in its source."""
 
 import ast
 import collections
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from harness.backends.flaggems_mla import NO_GRAPH, SIGNATURE, SOURCE, FlagGemsMLABackend
+from harness.backends.base import no_sparse_reason
+from harness.backends.flaggems_mla import SIGNATURE, SOURCE, FlagGemsMLABackend
 from harness.backends.sparse_prefill import FlagGemsSparseBackend
 from harness.cases import load_suite
-from harness.scenarios.graph import no_graph_reason
 
 DEFAULT_SUITES = re.search(r"^SUITES \?= *(\S+)", (REPO / "Makefile").read_text(), re.M).group(1).split(",")
 
@@ -25,18 +25,18 @@ def reason_of(case) -> str | None:
     the scenario's own (graph: ``graph_session``; sparse: ``run_sparse``), as the runner and scenarios do."""
     backend = FlagGemsMLABackend()
     if case.scenario == "sparse":
-        return None if hasattr(backend, "run_sparse") else "no run_sparse"
+        return None if hasattr(backend, "run_sparse") else no_sparse_reason(backend)
     reason = backend.capabilities.reason_unsupported(case, "cuda")
     if reason is None and case.scenario == "graph" and not hasattr(backend, "graph_session"):
-        return no_graph_reason(backend)
+        return "no graph_session"
     return reason
 
 
 def reason_class(reason: str | None) -> str:
     if reason is None:
         return "runs"
-    for name, quote in (("s_q", SOURCE["grid"]), ("fp8", SIGNATURE + " has no descale"), ("graph", NO_GRAPH),
-                        ("sparse", "no run_sparse")):
+    for name, quote in (("s_q", SOURCE["grid"]), ("fp8", SIGNATURE + " has no descale"),
+                        ("sparse", "no sparse entry point (run_sparse)")):
         if quote in reason:
             return name
     return f"unquoted: {reason}"
@@ -52,21 +52,26 @@ def classes():
 
 
 def test_every_refusal_of_a_default_suite_case_is_one_quoted_class(classes):
-    assert set(classes) == {"runs", "s_q", "fp8", "graph", "sparse"}, sorted(classes)
+    assert set(classes) == {"runs", "s_q", "fp8", "sparse"}, sorted(classes)
     assert all(c.mode == "verify" and c.s_q > 1 for c in classes["s_q"])
     assert all(c.dtype.startswith("fp8") for c in classes["fp8"])
-    assert all(c.scenario == "graph" and c.dtype in ("bf16", "fp16") for c in classes["graph"])
 
 
 def test_every_dense_case_of_one_query_row_in_bf16_or_fp16_runs_scenarios_included(classes):
     """Decode, and verify of one draft token (its one row sees every key, as a decode row does)."""
     ran = classes["runs"]
-    assert {c.scenario for c in ran} >= {"call", "padding", "determinism", "batch_invariance"}
+    assert {c.scenario for c in ran} >= {"call", "padding", "determinism", "batch_invariance", "graph"}
     assert any(c.mode == "verify" for c in ran)
     for suite in DEFAULT_SUITES:
         for c in load_suite(suite).cases:
-            if c.s_q == 1 and c.dtype in ("bf16", "fp16") and c.scenario not in ("graph", "sparse"):
+            if c.s_q == 1 and c.dtype in ("bf16", "fp16") and c.scenario != "sparse":
                 assert c in ran, c.id
+
+
+def test_the_graph_cases_it_runs_are_the_bf16_decode_group(classes):
+    """CUDA-graph replay through ``graph_session`` (flaggems_graph.py): the graph suite's cases of one query row."""
+    graph = [c for c in classes["runs"] if c.scenario == "graph"]
+    assert len(graph) == 4 and all(c.mode == "decode" and c.dtype == "bf16" for c in graph)
 
 
 def test_the_sparse_cases_flaggems_sparse_takes(classes):
@@ -74,10 +79,8 @@ def test_the_sparse_cases_flaggems_sparse_takes(classes):
     sparse case of the default suites runnable."""
     caps = FlagGemsSparseBackend.sparse_capabilities
     assert classes["sparse"] and all(caps.reason_unsupported(c, "cuda") is None for c in classes["sparse"])
-
-
-def test_the_graph_refusal_blames_mla_verify_not_the_kernel():
-    assert "mla-verify's limit, not the kernel's" in NO_GRAPH
+    assert FlagGemsMLABackend.sparse_backend == FlagGemsSparseBackend.name        # the reason names it
+    assert no_sparse_reason(FlagGemsMLABackend()).endswith(f"runs as the backend {FlagGemsSparseBackend.name}")
 
 
 def test_each_kernel_limit_quotes_a_line_of_its_source():

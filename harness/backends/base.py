@@ -91,6 +91,7 @@ class Backend:
 
     name = "unnamed"
     capabilities = Capabilities()
+    sparse_backend: str | None = None    # the backend that runs this kernel's sparse sibling, if it is run apart
 
     def unsupported_reason(self, case: Case, device: str) -> str | None:
         """Why this backend cannot run ``case`` on ``device``, or None if it can."""
@@ -102,3 +103,11 @@ class Backend:
 
     def run(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+
+def no_sparse_reason(backend) -> str:
+    """The sparse scenario's reason for a backend without ``run_sparse``, naming the backend that runs the
+    kernel's sparse sibling where it declares one (``sparse_backend``)."""
+    reason = f"{backend.name} has no sparse entry point (run_sparse): mla-verify calls it for dense paged MLA only"
+    sibling = getattr(backend, "sparse_backend", None)
+    return reason + (f"; its sparse kernel runs as the backend {sibling}" if sibling else "")

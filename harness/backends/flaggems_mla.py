@@ -12,10 +12,10 @@ the oracle computes at it (harness/conventions.py).  It has no LSE, no descale
 arguments (so no fp8), asserts ``causal``, and launches one program per request
 and head block, so only ``s_q = 1`` is computed (a verify of one draft token runs:
 its one row sees every key, as a decode row does); those stay ``unsupported``,
-quoting its source (``SOURCE``).  Its graph cases are unsupported by mla-verify's
-limit (``NO_GRAPH``), and its sparse kernel is the ``flaggems-sparse`` backend
-(docs/kernel-backends.md, "FlagGems coverage").  Importing it needs a CUDA device
-(and SQLAlchemy).
+quoting its source (``SOURCE``).  Its graph cases run through ``graph_session``
+(flaggems_graph.py), and its sparse kernel is the ``flaggems-sparse`` backend
+(``sparse_backend``; docs/kernel-backends.md, "FlagGems coverage").  Importing it
+needs a CUDA device (and SQLAlchemy).
 """
 
 import math
@@ -37,9 +37,6 @@ SOURCE = {
     "one_kv_head": "blocked_k = blocked_k.view([-1, d]).contiguous()",
 }
 ONE_ROW = (f"`{SOURCE['grid']}` after `{SOURCE['shape']}`: one program per request reads one query row")
-NO_GRAPH = ("no graph_session: no engine's CUDA-graph capture of flag_gems.fused.flash_mla is reproduced here, and "
-            "the graph scenario checks a replayed LSE, which flash_mla does not return (mla-verify's limit, not "
-            "the kernel's)")
 
 
 class FlagGemsMLABackend(LazyKernel, Backend):
@@ -58,7 +55,7 @@ class FlagGemsMLABackend(LazyKernel, Backend):
             ("kv_heads", f"`{SOURCE['one_kv_head']}` reads the cache as one KV head"),
         ),
     )
-    no_graph_session = NO_GRAPH     # graph.no_graph_reason quotes it
+    sparse_backend = "flaggems-sparse"     # flash_mla_sparse_fwd, sparse_prefill.py
 
     def unsupported_reason(self, case, device):
         if device != "cuda" or not torch.cuda.is_available():
@@ -72,8 +69,15 @@ class FlagGemsMLABackend(LazyKernel, Backend):
         return {"package": "flag-gems", "version": dist_version("flag-gems"), "api": SIGNATURE,
                 "softmax_scale": "fixed 1/sqrt(d_qk)", "lse": None}
 
+    def flash_mla(self):
+        return self._load()["flag_gems.fused"].flash_mla
+
+    def graph_session(self, max_bs, max_context_len, inputs):
+        from .flaggems_graph import FlagGemsGraphSession
+        return FlagGemsGraphSession(self, max_bs, max_context_len, inputs)
+
     def run(self, inputs):
-        flash_mla = self._load()["flag_gems.fused"].flash_mla
+        flash_mla = self.flash_mla()
         q, pool, table = inputs.q, inputs.kv_pool, inputs.block_table
         b, s_q, h, d = q.shape
         out = flash_mla(q, table, pool, table.shape[1] * pool.shape[1], pool.shape[1], b, s_q,

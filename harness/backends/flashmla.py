@@ -115,6 +115,7 @@ class FlashMLABackend(Backend):
         lse_base="e", empty_row_lse=float("inf"),
         index_format="page_table", fp8_q="quantized_k_scale", engine="sglang FlashMLABackend (flashmla_backend.py)",
     )
+    sparse_backend = "flashmla-sparse"     # its sparse decode path, flashmla_sparse.py
 
     def __init__(self, profile: str = DEFAULT):
         self.api, self.import_errors = find_api()

@@ -9,7 +9,7 @@ from, and the engine's eager call goes through the same ``launch``.
 
 Two kinds of session go through the same steps (a backend's ``graph_session``):
 
-- block-table sessions (FlashMLA, flashmla_graph.py): the step's table rows are
+- block-table sessions (FlashMLA, flashmla_graph.py; FlagGems, flaggems_graph.py): the step's table rows are
   written, the table is checked, then ``replay`` refreshes metadata and replays;
 - token-stream sessions (FlashInfer fa3/fa2, SGLang Triton; csr_graph.py):
   ``prepare`` fills ``kv_indptr`` / ``kv_indices`` (and plans, or sizes the KV
@@ -23,7 +23,8 @@ Checks, per step:
   not deterministic there, measured, and the row says so instead);
 - graph replay vs the engine's eager call on the real batch alone (fresh metadata):
   within the dtype's tolerance, bitwise equality recorded;
-- the real rows against the oracle, within tolerance (dtypes, LSE base and empty rows as the backend declares);
+- the real rows against the oracle, within tolerance (dtypes, LSE base and empty rows as the backend declares;
+  a kernel without an LSE, FlagGems' ``flash_mla``, gets no LSE check, recorded as in the call scenario);
 - the captured buffers keep their addresses; the eager call leaves its inputs unchanged.
 """
 
@@ -42,7 +43,7 @@ from ..tolerances import TOLERANCES
 from ._common import bitwise_equal, compare_with, first_difference, launch
 
 GRAPH_STEPS = 24
-GRAPH_BACKENDS = "flashmla, flashinfer-fa3, flashinfer-fa2 and sglang-triton"
+GRAPH_BACKENDS = "flashmla, flashinfer-fa3, flashinfer-fa2, sglang-triton and flaggems"
 
 
 def _real_batch_sizes(bucket: int, gen: torch.Generator) -> list[int]:
@@ -129,7 +130,9 @@ def _steps(case, backend, store, session, prefix0, first_cache, gen, dgen):
     addresses = session.addresses()
     tol = TOLERANCES[case.dtype]
     failures, messages, nondeterministic = [], [], []
-    worst = {"graph_vs_engine_eager_out": 0.0, "ref_out_worst_ratio": 0.0, "ref_lse_worst_ratio": 0.0}
+    # a kernel without an LSE: its ratio is recorded as absent (None), never as a pass
+    worst = {"graph_vs_engine_eager_out": 0.0, "ref_out_worst_ratio": 0.0,
+             "ref_lse_worst_ratio": 0.0 if backend.capabilities.has_lse else None}
     engine_bitwise, kernel_ms, last_checks = True, 0.0, None
     sizes = _real_batch_sizes(bucket, gen)
     # padding rows have req_pool_index 0 in SGLang, so their one page is req_to_token[0, 0] // P
@@ -144,7 +147,7 @@ def _steps(case, backend, store, session, prefix0, first_cache, gen, dgen):
         pages = rows_pages(padded_cache[:bs]) + [pad_page] * (bucket - bs)
         padded_seq = torch.tensor(padded_prefix, dtype=torch.int32, device=q_model.device)
         out_g, lse_g = replay_checked(session, q_model, padded_seq, padded_prefix, padded_cache, pages, layout)
-        out_g, lse_g = out_g[:bs].clone(), lse_g[:bs].clone()
+        out_g, lse_g = out_g[:bs].clone(), None if lse_g is None else lse_g[:bs].clone()
         if session.addresses() != addresses:
             failures.append(GRAPH_ADDRESSES)
             messages.append(f"{case.id}: step {step}: captured buffers moved: {session.addresses()} "
@@ -161,15 +164,17 @@ def _steps(case, backend, store, session, prefix0, first_cache, gen, dgen):
         kernel_ms += float(eager.kernel_ms)
         engine_bitwise &= _vs_engine_eager(case, step, eager, out_g, lse_g, tol, worst, failures, messages)
         last_checks = _judge_step(case, backend, inputs, out_g, lse_g, tol, step, worst, failures, messages)
+    out_check, lse_check = last_checks
     return Outcome.judged(
         sorted(set(failures)), messages=messages[:20],
-        metrics={"out": last_checks[0].to_dict(), "lse": last_checks[1].to_dict(),
+        metrics={"out": out_check.to_dict(), **({} if lse_check is None else {"lse": lse_check.to_dict()}),
                  "graph": {"steps": GRAPH_STEPS, "bucket": bucket, "real_batch_sizes": sizes,
                            "session": type(session).__name__,
                            "index": "token stream" if hasattr(session, "prepare") else "block table",
                            "engine_eager_bitwise_equal": engine_bitwise,
                            "eager_nondeterministic_steps": nondeterministic, **worst}},
-        details={"seq_lens": prefix0, "cache_seqlens": first_cache}, kernel_ms=kernel_ms)
+        details={"seq_lens": prefix0, "cache_seqlens": first_cache,
+                 **({"lse_produced": False} if lse_check is None else {})}, kernel_ms=kernel_ms)
 
 
 def _vs_engine_eager(case, step, eager, out_g, lse_g, tol, worst, failures, messages) -> bool:
@@ -192,9 +197,10 @@ def _judge_step(case, backend, inputs, out_g, lse_g, tol, step, worst, failures,
     with phase("compare"):
         co, cl, _ = compare_with(backend, inputs, out_g, lse_g, exp_out, exp_lse, tol)
     worst["ref_out_worst_ratio"] = max(worst["ref_out_worst_ratio"], co.worst_ratio)
-    worst["ref_lse_worst_ratio"] = max(worst["ref_lse_worst_ratio"], cl.worst_ratio)
+    if cl is not None:           # None: the kernel declares no LSE (compare_with records no check)
+        worst["ref_lse_worst_ratio"] = max(worst["ref_lse_worst_ratio"], cl.worst_ratio)
     for c in (co, cl):
-        if not c.passed:
+        if c is not None and not c.passed:
             failures.extend(tensor_check(c.name, f) for f in c.failures)
             messages.append(f"step {step}: " + describe_failure(case.id, c))
     return co, cl

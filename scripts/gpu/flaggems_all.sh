@@ -10,6 +10,9 @@
 # Assumes the wheel sets under .site/* (scripts/gpu/setup_site.sh).  No network.
 #   OUT=/some/dir bash scripts/gpu/flaggems_all.sh      # OUT defaults to reports/flaggems
 # Writes $OUT/flaggems.jsonl, $OUT/flaggems.log, $OUT/flaggems.html and $OUT/flaggems-report.txt (the counts).
+# Then the graph suite alone on flaggems (its graph_session, flaggems_graph.py: each row's 24 replayed steps)
+# into $OUT/flaggems-graph.jsonl, and tests/test_flaggems_graph.py; ONLY=graph runs just that part:
+#   ONLY=graph OUT=/some/dir bash scripts/gpu/flaggems_all.sh
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
@@ -21,6 +24,35 @@ report="$OUT/flaggems-report.txt"
   echo "commit $MLA_VERIFY_COMMIT"
   python3 -c "import importlib.metadata as m; print('flag-gems', m.version('flag-gems'))" 2>&1
 } | tee "$report"
+
+graph_part() {
+  start=$(date +%s)
+  rm -f "$OUT/flaggems-graph.jsonl"
+  timeout -k 10 300 python3 -m harness.cli run --suite graph --backend flaggems --workers 0 --no-progress \
+      --out "$OUT/flaggems-graph.jsonl" > "$OUT/flaggems-graph.log" 2>&1
+  echo "== graph suite on flaggems: exit $? in $(( $(date +%s) - start )) s" | tee -a "$report"
+  python3 - "$OUT/flaggems-graph.jsonl" <<'PY' 2>&1 | tee -a "$report"
+import json, sys
+for r in (json.loads(line) for line in open(sys.argv[1])):
+    g = (r.get("metrics") or {}).get("graph")
+    line = f"   {r['case_id']}: {r['status']}"
+    if g:
+        line += (f" steps {g['steps']} bucket {g['bucket']} sizes {g['real_batch_sizes']}; engine-eager bitwise "
+                 f"{g['engine_eager_bitwise_equal']}, max |graph - engine eager| {g['graph_vs_engine_eager_out']:.2e}, "
+                 f"oracle worst ratio out {g['ref_out_worst_ratio']:.3f}, lse {g['ref_lse_worst_ratio']}; "
+                 f"eager nondeterministic at {g['eager_nondeterministic_steps']}")
+    print(line)
+    if r["status"] != "pass":
+        print(f"      reason: {(r.get('reason') or '')[:300]}  checks: {r.get('failed_checks')}")
+        for m in (r.get("messages") or [])[:3]:
+            print(f"      {m[:300]}")
+PY
+  timeout -k 10 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_flaggems_graph.py \
+      tests/test_flaggems_coverage.py > "$OUT/flaggems-graph-tests.log" 2>&1
+  echo "== flaggems graph tests: exit $?" | tee -a "$report"
+  tail -n 8 "$OUT/flaggems-graph-tests.log" | tee -a "$report"
+}
+if [ "${ONLY:-}" = graph ]; then graph_part; exit 0; fi
 
 start=$(date +%s)
 rm -f "$OUT/flaggems.jsonl"
@@ -54,3 +86,5 @@ print("not passed (first 40):")
 for r in [r for r in rows if r["status"] not in ("pass", "unsupported")][:40]:
     print(f"   {r['status']:13s} {r['case_id']}: {(r.get('reason') or '')[:200]}")
 PY
+
+graph_part
