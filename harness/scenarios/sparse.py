@@ -14,6 +14,7 @@ import dataclasses
 
 import torch
 
+from ..backends.base import no_sparse_reason
 from ..integrity import Witness
 from ..outcome import Outcome
 from ..phases import KERNEL, KernelTime, phase, settle
@@ -43,8 +44,7 @@ def run(case, backend, device) -> Outcome:
 def refusal(case, backend, device) -> str | None:
     """Why the case is ``unsupported`` here (no sparse entry point, the backend's limits)."""
     if not hasattr(backend, "run_sparse"):
-        return (f"{backend.name} has no sparse entry point (run_sparse): mla-verify calls it for dense paged "
-                "MLA only")
+        return no_sparse_reason(backend)
     # too large for the machine: the runner's precheck, against memory measured before any worker ran
     # (resources.too_large_reason, with sparse_inputs.estimated_bytes)
     return backend.sparse_capabilities.reason_unsupported(case, torch.device(device).type)
