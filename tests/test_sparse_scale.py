@@ -2,6 +2,7 @@
 
 from harness.backends.torch_backend import TorchBackend
 from harness.cases import load_suite
+from harness.runner import precheck
 from harness.scenarios import run
 from harness.sparse_inputs import estimated_bytes
 from harness.status import Status
@@ -15,16 +16,17 @@ def test_the_suite_covers_the_issues_scale():
     assert {c.kv_format for c in cases} == {"v32", "v4"} and any(c.mode == "verify" for c in cases)
 
 
-def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything_is_built(monkeypatch):
+def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything_is_built():
+    """The runner's precheck budgets a sparse case (``resources.too_large_reason``), before any worker runs."""
     case = next(c for c in load_suite("sparse").cases if c.id == "sparse/corners/0")
     need = estimated_bytes(case)
     assert need["total"] == sum(v for k, v in need.items() if k != "total") > 0
-    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (need["total"], "a test's"))
-    outcome = run(case, TorchBackend(), "cpu")           # half of it is the CPU budget: too large
-    assert outcome.status is Status.UNSUPPORTED
-    assert "too large for this machine" in outcome.reason and "draws" in outcome.reason
-    monkeypatch.setattr("harness.scenarios.sparse.available_bytes", lambda device: (4 * need["total"], "a test's"))
-    assert run(case, TorchBackend(), "cpu").status is Status.PASS
+    backend = TorchBackend()
+    refused = precheck(case, backend, "cpu", need["total"], "a test's")   # half of it is the CPU budget
+    assert refused.status is Status.UNSUPPORTED
+    assert "too large for this machine" in refused.reason and "draws" in refused.reason
+    assert precheck(case, backend, "cpu", 4 * need["total"], "a test's") is None
+    assert run(case, backend, "cpu").status is Status.PASS
 
 
 def test_the_estimate_grows_with_the_tokens_written():

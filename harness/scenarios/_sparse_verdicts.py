@@ -124,10 +124,11 @@ def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
 
 def _tampered(a: SparseAnswer) -> Outcome:
     where = a.witness.describe()
-    return Outcome.compared_with_oracle([INPUTS_UNCHANGED], metrics={INPUTS_UNCHANGED: {"changed": where}},
-                          messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with "
-                                    "the oracle, which would read the changed inputs)"],
-                          details=_details(a), kernel_ms=float(a.kernel_ms))
+    return Outcome.compared_with_oracle(
+        [INPUTS_UNCHANGED], metrics={INPUTS_UNCHANGED: {"changed": where}},
+        messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
+                  "would read the changed inputs)"],
+        details=_details(a), kernel_ms=float(a.kernel_ms))
 
 
 def _key_set_counts(scase: SparseCase) -> dict:
