@@ -15,7 +15,6 @@ together.  Other scenarios (several calls per case, their own checks) run whole,
 in the order the chunk gives them.
 """
 
-import shlex
 import sys
 import time
 
@@ -23,11 +22,11 @@ import torch
 
 from reference.batched import SHARED_MAX_KEYS
 
-from . import environment, resources, scenarios
+from . import resources, scenarios
 from .cases import Case
 from .errors import InputError, RejectedOutput, Unsupported
 from .inputs import cache_seqlens_for, draw_seq_lens
-from .outcome import BackendIdentity, Outcome, ResultRow
+from .outcome import Outcome, result_row
 from .phases import PhaseClock, PhaseError
 
 CHUNK_CASES = 32
@@ -39,17 +38,6 @@ CHUNK_BYTES = {"cuda": 8 << 30, "cpu": 2 << 30}
 
 def chunk_budget(device) -> int:
     return CHUNK_BYTES.get(torch.device(device).type, CHUNK_BYTES["cpu"])
-
-
-def rerun_command(case: Case, backend_spec: str, device: str) -> str:
-    suite = shlex.quote(case.suite_file) if case.suite_file else case.suite
-    return (f"mla-verify run --suite {suite} --backend {shlex.quote(backend_spec)} --device {device} "
-            f"--case {case.id}")
-
-
-def result_row(case: Case, backend, backend_spec: str, device: str, outcome: Outcome, wall_s=None) -> ResultRow:
-    return ResultRow(case, BackendIdentity.of(backend, backend_spec), device, environment.describe(), outcome,
-                     rerun_command(case, backend_spec, device), wall_s)
 
 
 def shape_order(case: Case) -> tuple:
@@ -99,7 +87,7 @@ def _guarded(step, case_id: str = "?"):
 class ContextLost(Exception):
     """A case left the device unusable (a sticky CUDA error): the chunk stops.  ``index`` is the case whose
     row says so, or None where the fault cannot be placed (a chunk whose cases did not wait for their
-    kernels, ``phases.settle``): then every case of the chunk runs again alone."""
+    kernels, ``waits`` in ``run_chunk``): then every case of the chunk runs again alone."""
 
     def __init__(self, index: int | None, row: dict):
         super().__init__(row.get("reason"))
@@ -118,14 +106,15 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
     A case alone waits for the device around its kernel, so a fault lands in its own phase; so do a
     chunk's cases when nobody could run them again (no ``context_lost``: run in this process).  Cases
     of a chunk in a worker do not wait (``phases``): the chunk's device work queues up, and a fault
-    that loses the device is placed by running each case again alone.
+    that loses the device is placed by running each case again alone.  ``waits`` says which, to
+    every launch (``scenarios.start``).
     """
-    settles = len(cases) == 1 or context_lost is None
-    clocks = [PhaseClock(settles) for _ in cases]
+    waits = len(cases) == 1 or context_lost is None
+    clocks = [PhaseClock() for _ in cases]
 
     def check_device(i, row):
         if context_lost is not None and context_lost(row):
-            raise ContextLost(i if settles else None, row)
+            raise ContextLost(i if waits else None, row)
 
     seconds = [0.0] * len(cases)             # each case's own time; a waiting one adds its share of the compare
     results = [None] * len(cases)            # an Outcome, or an Answer waiting for the compare
@@ -134,7 +123,7 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
             on_start(i)
         t0 = time.perf_counter()
         with clocks[i]:
-            result, failure = _guarded(lambda case=case: scenarios.start(case, backend, device), case.id)
+            result, failure = _guarded(lambda case=case: scenarios.start(case, backend, device, waits), case.id)
         seconds[i] = time.perf_counter() - t0
         results[i] = failure or result
         if isinstance(results[i], Outcome) and context_lost is not None:
@@ -178,7 +167,6 @@ def _judge(answers, clocks) -> list[tuple[Outcome, float]]:
 
 
 def _row(case, backend, backend_spec, device, outcome: Outcome, clock: PhaseClock, wall_s: float) -> dict:
-    outcome.phase_ms = clock.read()
-    if outcome.reference_ms is not None:      # the device's time for the oracle, not the host's for queueing it
-        outcome.reference_ms = outcome.phase_ms.get("oracle", 0.0) + outcome.phase_ms.get("compare", 0.0)
-    return result_row(case, backend, backend_spec, device, outcome, wall_s).to_json()
+    """The case's row, with its phases' times as the device took them (``reference_ms`` among them: the
+    device's time for the oracle, not the host's for queueing it)."""
+    return result_row(case, backend, backend_spec, device, outcome, wall_s, phase_ms=clock.read()).to_json()

@@ -63,8 +63,9 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
-    module-level function, so it pickles by name); ``crash_row(case, status, reason)`` builds the
-    row of a case whose worker died or hung.  ``timeout_s`` bounds each case, not each chunk.
+    module-level function, so it pickles by name); ``crash_row(case, status, reason, gpu=)`` builds the
+    row of a case whose worker died or hung (``gpu``: the name of the GPU it ran on, or None).
+    ``timeout_s`` bounds each case, not each chunk.
     Once ``stop()`` is true no chunk starts (those in flight finish); returns the cases never started.
     ``sets``: one ``placement.WorkerSet`` per GPU, ``workers`` processes each, each with its memory
     gate; without, one set on the default device gated by ``memory``.  ``pool``: the run's
@@ -223,9 +224,7 @@ class _Run:
         case, others = w.in_hand()
         if case is None and len(others) == 1:       # died comparing a chunk of one: that case
             case, others, reason = others[0], [], f"{reason} while comparing"
-        if case is not None:
-            row = self.crash_row(case, status, reason)
-            if w.place.placement is not None and isinstance(row.get("env"), dict) and row["env"].get("gpu"):
-                row["env"] = {**row["env"], "gpu": w.place.placement["name"]}    # built here, not on its GPU
-            rows(row)
+        if case is not None:       # built here, not on its GPU: the row names the GPU it ran on
+            gpu = None if w.place.placement is None else w.place.placement["name"]
+            rows(self.crash_row(case, status, reason, gpu=gpu))
         self.requeue(others, chunk)

@@ -1,13 +1,16 @@
 """What became of one case on one backend: a typed outcome, and the result row that carries it.
 
 Every row is built here, whatever happened: a comparison, an unsupported case,
-a raise in some phase, a crash or a timeout.  ``ResultRow.to_json`` is the one
-place a row's fields are laid out, so the results file keeps one format.
+a raise in some phase, a crash or a timeout (``result_row``, ``context_lost_row``).
+``ResultRow.to_json`` is the one place a row's fields are laid out, so the results
+file keeps one format.
 """
 
+import dataclasses
+import shlex
 from dataclasses import dataclass, field
 
-from . import checks
+from . import checks, environment
 from .environment import mla_verify_version
 from .fixed_params import as_run, fixed_by_kernel, fixed_scale, identity
 from .phases import KERNEL, is_out_of_memory, last_frames
@@ -26,14 +29,27 @@ class Outcome:
     diagnostics: dict | None = None                      # summaries for the report's drill-down
     details: dict = field(default_factory=dict)          # seq lens, k_scale, phase, traceback, ...
     kernel_ms: float | None = None
-    reference_ms: float | None = None
     phase_ms: dict = field(default_factory=dict)          # time per phase (inputs, kernel, oracle, compare)
+    compared: bool = False      # judged by the oracle-and-compare step (a scenario's ``verdicts``)
+
+    @property
+    def reference_ms(self) -> float | None:
+        """The oracle's and the comparison's milliseconds (the device's, where CUDA times the phases), for
+        an outcome of the compare step; None for any other."""
+        if not self.compared:
+            return None
+        return self.phase_ms.get("oracle", 0.0) + self.phase_ms.get("compare", 0.0)
 
     @classmethod
     def judged(cls, failed_checks: list, **fields) -> "Outcome":
         """A comparison's outcome: it passes when no check failed."""
         failed = list(failed_checks)
         return cls(Status.FAIL if failed else Status.PASS, "; ".join(failed) or None, failed, **fields)
+
+    @classmethod
+    def compared_with_oracle(cls, failed_checks: list, **fields) -> "Outcome":
+        """An outcome of the oracle-and-compare step (``verdicts``): its row records ``reference_ms``."""
+        return dataclasses.replace(cls.judged(failed_checks, **fields), compared=True)
 
     @classmethod
     def unsupported(cls, reason: str) -> "Outcome":
@@ -129,3 +145,32 @@ class ResultRow:
             row["wall_s"] = self.wall_s
         row.update(self.extra)
         return row
+
+
+def rerun_command(case, backend_spec: str, device: str) -> str:
+    """The command line that runs this one case again."""
+    suite = shlex.quote(case.suite_file) if case.suite_file else case.suite
+    return (f"mla-verify run --suite {suite} --backend {shlex.quote(backend_spec)} --device {device} "
+            f"--case {case.id}")
+
+
+def result_row(case, backend, backend_spec: str, device: str, outcome: Outcome, wall_s=None,
+               phase_ms: dict | None = None, gpu: str | None = None, rerun: str | None = None,
+               extra: dict | None = None) -> ResultRow:
+    """A case's row.  ``phase_ms``: its phases' milliseconds (``phases.PhaseClock.read``), which also give
+    its ``reference_ms``.  ``gpu``: the GPU it ran on, where the row is built in another process (a crash
+    row, built by the parent) and this machine has GPUs.  ``rerun``: its rerun line, where not ``run``'s
+    (``bench``'s)."""
+    env = environment.describe()
+    if gpu is not None and env.get("gpu"):
+        env = {**env, "gpu": gpu}
+    if phase_ms is not None:
+        outcome = dataclasses.replace(outcome, phase_ms=phase_ms)
+    return ResultRow(case, BackendIdentity.of(backend, backend_spec), device, env, outcome,
+                     rerun or rerun_command(case, backend_spec, device), wall_s, dict(extra or {}))
+
+
+def context_lost_row(row: dict) -> dict:
+    """The row of the case that lost the CUDA context: its own row (an error), recorded as a crash."""
+    return {**row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {row['reason']}",
+            "failed_checks": [checks.CRASH]}

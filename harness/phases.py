@@ -6,15 +6,17 @@ exception in ``kernel`` is the kernel's ``error``; one anywhere else is a
 ``harness_error``, never blamed on the kernel.
 
 A device fault is asynchronous: it surfaces at the next wait.  A case run alone
-(``settles``) waits for the device before and after its kernel call, not at
-every phase's end: a fault in the harness's own work surfaces at the wait before
+waits for the device before and after its kernel call (``settle(device, waits=True)``),
+not at every phase's end: a fault in the harness's own work surfaces at the wait before
 the next launch or at the comparison's transfer, outside the kernel phase, so it
 is still the harness's; one in the kernel surfaces in the kernel phase.  A case
 in a chunk of several does not wait around its kernel: each wait lets the GPU
 switch to another worker's context, and with several workers that cost more than
 the waits themselves (docs/gpu-runs.md).  Should such a chunk lose its device,
 its faults cannot be placed, so none is: each of its cases runs again alone
-(``chunk.run_chunk``, ``isolation``).
+(``chunk.run_chunk``, ``isolation``).  Whether a case waits is an argument, ``waits``,
+handed from ``chunk.run_chunk`` through ``scenarios.start`` to each launch; the phase
+clock (a context variable) only says which phase time is charged to.
 """
 
 import contextvars
@@ -44,8 +46,7 @@ class PhaseClock:
     read once the device is done with them (``read``).  Without CUDA, host wall-clock time.
     """
 
-    def __init__(self, settles: bool = True):
-        self.settles = settles    # wait for the device around the kernel (``settle``): a case run alone
+    def __init__(self):
         self.ms: dict[str, float] = {}
         self._pending = []        # (name, start mark, end mark): read by ``read``
         self._token = None
@@ -112,15 +113,14 @@ class _Mark:
         return (self.seconds - start.seconds) * 1e3
 
 
-_CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=None)
+_CLOCK: contextvars.ContextVar = contextvars.ContextVar("phase_clock", default=None)   # timing only
 
 
-def settle(device):
-    """Wait for the device, so that a fault of the work queued so far surfaces here, in the phase that
-    queued it; not for a case in a chunk of several (its clock does not settle; see the module's note)."""
+def settle(device, waits: bool):
+    """With ``waits`` (a case run alone), wait for the device, so that a fault of the work queued so far
+    surfaces here, in the phase that queued it.  A case in a chunk of several does not (the module's note)."""
     import torch
-    clock = _CLOCK.get()
-    if torch.device(device).type == "cuda" and (clock is None or clock.settles):
+    if waits and torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 

@@ -16,10 +16,10 @@ import torch
 
 from . import chunk, isolation, placement, resources
 from .cases import Case
-from .chunk import result_row, run_chunk
+from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
-from .outcome import Outcome
+from .outcome import Outcome, result_row
 from .phases import KERNEL
 from .results import ResultsWriter
 from .status import Status, gates, verdict_of
@@ -152,11 +152,12 @@ class _Recorder:
         self.bar.set_postfix_str(f"not passed {self.not_passed}", refresh=False)
         self.bar.update(1)
 
-    def row(self, case, outcome) -> dict:
-        return result_row(case, self.backend, self.backend_spec, self.device, outcome).to_json()
+    def row(self, case, outcome, gpu: str | None = None) -> dict:
+        return result_row(case, self.backend, self.backend_spec, self.device, outcome, gpu=gpu).to_json()
 
-    def lost_row(self, case, status: str, reason: str) -> dict:
-        return self.row(case, Outcome.lost(Status(status), reason))
+    def lost_row(self, case, status: str, reason: str, gpu: str | None = None) -> dict:
+        """The row of a case whose worker died or hung (``gpu``: the one it ran on, ``isolation``)."""
+        return self.row(case, Outcome.lost(Status(status), reason), gpu)
 
 
 def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) -> list:

@@ -7,7 +7,6 @@ Nothing heavy is imported at the top: a spare worker is started before the paren
 import os
 import signal
 
-from .checks import CRASH
 from .errors import InputError
 from .status import Status
 
@@ -62,6 +61,7 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
     import torch
 
     from .chunk import ContextLost
+    from .outcome import context_lost_row
 
     def on_start(i):
         progress.value = i
@@ -86,17 +86,9 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
             conn.send(("bad_input", str(e)))
             return
         except ContextLost as lost:
-            conn.send(("lost", (lost.index, _crash_row(lost))))
+            conn.send(("lost", (lost.index, None if lost.index is None else context_lost_row(lost.row))))
             return
         conn.send(("rows", (rows, cached())))
-
-
-def _crash_row(lost):
-    """The row of the case that lost the CUDA context (None when no case was in hand)."""
-    if lost.index is None:
-        return None
-    return {**lost.row, "status": Status.CRASH.value, "reason": f"CUDA context lost: {lost.row['reason']}",
-            "failed_checks": [CRASH]}
 
 
 def _warm_up(device):

@@ -122,16 +122,17 @@ LOST = "CUDA error: an illegal memory access was encountered"
 
 class _LosesDevice(TorchBackend):
     """A CPU backend whose call on 5 heads raises what a lost CUDA context raises; it notes, per call,
-    whether its case waits for the device around the kernel (``phases.settle``)."""
+    whether its case waited for the device before the kernel (the last ``waits`` that ``launch`` handed
+    ``settle``, seen through ``waited``)."""
 
     name = "loses-device"
 
-    def __init__(self):
+    def __init__(self, waited: list):
         super().__init__()
-        self.settles = []
+        self.waited, self.settles = waited, []
 
     def run(self, inputs):
-        self.settles.append(phases._CLOCK.get().settles)
+        self.settles.append(self.waited[-1])
         if inputs.q.shape[2] == 5:
             raise RuntimeError(LOST)
         return super().run(inputs)
@@ -144,15 +145,18 @@ def _iso_cases(tmp_path):
     return load_suite(str(suite)).cases          # iso/g/1 has 5 heads
 
 
-def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path):
+def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path, monkeypatch):
     """Cases of a chunk in a worker do not wait for their kernels, so a lost context there may have been
     any case's: the chunk names none.  Alone (or with nobody to run them again) a case waits, and is named."""
     import pytest
 
     from harness.chunk import ContextLost, run_chunk
+    from harness.scenarios import _common
+    waited = []
+    monkeypatch.setattr(_common, "settle", lambda device, waits: waited.append(waits))
     cases = _iso_cases(tmp_path)
     lost = lambda row: LOST in (row.get("reason") or "")     # noqa: E731
-    backend = _LosesDevice()
+    backend = _LosesDevice(waited)
     with pytest.raises(ContextLost) as chunk_of_three:
         run_chunk(cases[:3], backend, "loses-device", "cpu", context_lost=lost)
     assert chunk_of_three.value.index is None and backend.settles == [False, False]
@@ -179,14 +183,13 @@ def test_a_chunk_that_lost_its_device_runs_again_case_by_case(tmp_path):
     """No case of the chunk is charged; each runs again alone, and only the one that loses the device
     alone is recorded as a crash.  Every case gets exactly one row."""
     from harness import isolation
-    from harness.chunk import result_row
-    from harness.outcome import Outcome
+    from harness.outcome import Outcome, result_row
     from harness.status import Status
     cases = _iso_cases(tmp_path)
     rows = []
 
-    def crash_row(case, status, reason):
-        return result_row(case, None, "torch", "cpu", Outcome.lost(Status(status), reason)).to_json()
+    def crash_row(case, status, reason, gpu=None):
+        return result_row(case, None, "torch", "cpu", Outcome.lost(Status(status), reason), gpu=gpu).to_json()
 
     isolation.run_isolated([cases], "torch", "cpu", rows.append, crash_row, _loses_device_in_case_1, workers=1)
     status = {r["case_id"]: r["status"] for r in rows}
@@ -196,16 +199,17 @@ def test_a_chunk_that_lost_its_device_runs_again_case_by_case(tmp_path):
 
 
 def test_settle_waits_only_where_the_case_waits(monkeypatch):
+    """Whether ``settle`` waits is its argument alone: no phase clock changes it."""
     import torch
 
     waits = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: waits.append(1))
-    phases.settle("cuda")                       # outside any case: waits
-    with phases.PhaseClock(settles=True):
-        phases.settle("cuda")
-    with phases.PhaseClock(settles=False):
-        phases.settle("cuda")
-    phases.settle("cpu")
+    phases.settle("cuda", waits=True)
+    phases.settle("cuda", waits=False)
+    with phases.PhaseClock():
+        phases.settle("cuda", waits=True)
+        phases.settle("cuda", waits=False)
+    phases.settle("cpu", waits=True)
     assert len(waits) == 2
     kernel_time = phases.KernelTime("cpu").stop()
     assert 0.0 <= float(kernel_time) < 1e3

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import environment, scenarios
+from .. import scenarios
 from ..errors import InputError
-from ..outcome import BackendIdentity, Outcome, ResultRow
-from ..phases import PhaseError
+from ..outcome import Outcome, result_row
+from ..phases import PhaseClock, PhaseError
 from ..status import Status
 from ..tolerances import TOLERANCES
 from . import counting, crosscheck, launchers, timing
@@ -95,9 +95,11 @@ def measure(backend, inputs, eager_out, out_bound, ceilings, options: BenchOptio
 
 def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, options: BenchOptions) -> dict:
     started = time.perf_counter()
+    clock = PhaseClock()                   # the verification's phases (the row's reference_ms among them)
     if case.scenario == "sparse":          # its own inputs and entry point (bench/sparse.py)
-        outcome, bench = bench_sparse(case, backend, device, ceilings, options, gpu_kernel_times, CPU_NOTE)
-        return _row(case, backend, spec, device, outcome, bench, started)
+        with clock:
+            outcome, bench = bench_sparse(case, backend, device, ceilings, options, gpu_kernel_times, CPU_NOTE)
+        return _row(case, backend, spec, device, outcome, bench, started, clock)
     bench = None
     try:
         reason = backend.unsupported_reason(case, device)
@@ -105,9 +107,10 @@ def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, optio
             outcome, bench = Outcome.unsupported(reason), {"timed": False, "why": reason}
         else:
             inputs = get_inputs()
-            call = scenarios.launch(backend, inputs)
-            out = call.out
-            outcome = scenarios.judge(case, backend, inputs, call)
+            with clock:
+                call = scenarios.launch(backend, inputs)
+                out = call.out
+                outcome = scenarios.judge(case, backend, inputs, call)
     except InputError:
         raise
     except PhaseError as e:   # the kernel (or the harness) raised: a row, and the run goes on
@@ -123,14 +126,12 @@ def bench_one(case, backend, spec: str, device: str, get_inputs, ceilings, optio
     elif bench is None:
         bench = {"timed": False, "why": f"failed verification ({outcome.reason}): a wrong kernel has no speed"}
         outcome.kernel_ms = None
-    return _row(case, backend, spec, device, outcome, bench, started)
+    return _row(case, backend, spec, device, outcome, bench, started, clock)
 
 
-def _row(case, backend, spec: str, device: str, outcome, bench: dict, started: float) -> dict:
-    row = ResultRow(case, BackendIdentity.of(backend, spec), device, environment.describe(), outcome,
-                    rerun_command(case, spec, device), time.perf_counter() - started,
-                    extra={"kind": "bench", "bench": bench})
-    return row.to_json()
+def _row(case, backend, spec: str, device: str, outcome, bench: dict, started: float, clock: PhaseClock) -> dict:
+    return result_row(case, backend, spec, device, outcome, time.perf_counter() - started, phase_ms=clock.read(),
+                      rerun=rerun_command(case, spec, device), extra={"kind": "bench", "bench": bench}).to_json()
 
 
 def run_bench(cases, backends, device: str, ceilings, options: BenchOptions, record) -> list[dict]:

@@ -23,11 +23,6 @@ from ..tolerances import TOLERANCES, Tolerance
 from ..transfer import to_device
 
 
-def sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def build_inputs(case, device) -> Inputs:
     with phase("inputs"):
         return generate(case, device)
@@ -44,23 +39,25 @@ class KernelCall:
     witness: Witness
 
 
-def launch(backend, inputs: Inputs) -> KernelCall:
+def launch(backend, inputs: Inputs, waits: bool = True) -> KernelCall:
     """Gate, run and time one kernel call, handing it a fresh guarded output buffer (``Inputs.out``) and
-    fingerprinting everything it is given before and after (``integrity.Witness``)."""
+    fingerprinting everything it is given before and after (``integrity.Witness``).  ``waits``: wait for
+    the device before and after the call, so a fault lands in its own phase (a case alone; not a case of
+    a chunk of several in a worker, ``phases``)."""
     host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
     validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
     if inputs.token_slots is not None:       # a mode whose query tokens read their own key sets
         validate_token_slots(inputs.token_slots, inputs.batch_size, inputs.s_q, inputs.num_pages * inputs.page_size)
     inputs = dataclasses.replace(inputs, out=output_buffer(inputs))
     witness = Witness(inputs)
-    settle(inputs.device)       # a fault of the harness's work so far surfaces here, before the kernel's phase
+    settle(inputs.device, waits)    # a fault of the harness's work so far surfaces here, before the kernel's phase
     with phase(KERNEL):
         if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
             backend.prepare(inputs)
         kernel_time = KernelTime(inputs.device)
         out, lse = call_surviving_exit(backend.run, inputs)
         kernel_time.stop()
-        settle(inputs.device)   # an asynchronous kernel fault surfaces here, still in the kernel's phase
+        settle(inputs.device, waits)    # an asynchronous kernel fault surfaces here, still in the kernel's phase
     reject_malformed(out, lse, inputs.device)
     return KernelCall(out, lse, kernel_time, witness.seal())
 
@@ -195,7 +192,8 @@ def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
 def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
     """Run the oracles the answers still need (together) and compare them all at once (one device-to-host
     transfer per group of same-size tensors), and build their outcomes.  ``timing`` gets the host
-    milliseconds of ``oracle`` and ``compare``.
+    milliseconds of ``oracle`` and ``compare``.  It always waits for the device, whoever calls it: it
+    reads the answers back (the one wait of a chunk whose cases do not wait around their kernels).
 
     Each answer's numbers are those it gets alone (``reference/batched.py``, ``compare.check_tensors``).
     """
@@ -231,7 +229,7 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         samples = out_samples([(a.case.seed, a.out) for a in answers])
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i]) for i, a in enumerate(answers)]
-        sync(answers[0].inputs.device if answers else "cpu")
+        _wait_for(answers[0].inputs.device if answers else "cpu")
         # A kernel that changed its inputs fails on that alone: the oracle read the changed inputs, so its
         # comparison is dropped.  The flags are read last, once the device is done: no wait of their own.
         flags = iter(changed_flags([w for a in answers for w in a.witnesses]))
@@ -241,17 +239,19 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     t2 = time.perf_counter()
     if timing is not None:
         timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
-    share = (t2 - t0) * 1e3 / max(len(answers), 1)
-    for o in outcomes:
-        o.reference_ms = share
     return outcomes
+
+
+def _wait_for(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def _tampered(a: Answer, sample: dict) -> Outcome:
     """The outcome of an answer whose kernel changed its inputs: that failure, and the scenario's own."""
     where = "; ".join(w.describe() for w in a.witnesses if bool(w.changed))
     host = host_copy(a.inputs)
-    return Outcome.judged(
+    return Outcome.compared_with_oracle(
         [INPUTS_UNCHANGED] + sorted(set(a.extra_failures)),
         metrics={**(a.extra_metrics or {}), INPUTS_UNCHANGED: {"changed": where}, "out_sample": sample},
         messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
@@ -268,7 +268,7 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
     lse = exp_lse if a.lse is None else lse_base_e(a.lse, a.backend.capabilities)
     diag = diagnostics.summarize(a.inputs, a.out, lse, exp_out, exp_lse, TOLERANCES[a.case.dtype]) if failed else None
     host = host_copy(a.inputs)
-    return Outcome.judged(
+    return Outcome.compared_with_oracle(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(a.extra_failures)),
         metrics={**{c.name: c.to_dict() for c in results}, **(a.extra_metrics or {}), "out_sample": sample},
         messages=[describe_failure(a.case.id, c) for c in failed] + list(a.extra_messages),

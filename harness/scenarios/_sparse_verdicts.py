@@ -52,7 +52,8 @@ class SparseAnswer:
 
 
 def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Outcome]:
-    """Each answer's outcome, in order; ``timing`` gets the host milliseconds of ``oracle`` and ``compare``."""
+    """Each answer's outcome, in order; ``timing`` gets the host milliseconds of ``oracle`` and ``compare``.
+    It always waits for the device (it reads the changed flags and the comparison back)."""
     t0 = time.perf_counter()
     with phase("oracle"):
         changed = changed_flags([a.witness for a in answers])
@@ -67,8 +68,6 @@ def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Ou
     t2 = time.perf_counter()
     if timing is not None:
         timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
-    for o in outcomes:
-        o.reference_ms = (t2 - t0) * 1e3 / len(answers)
     return outcomes
 
 
@@ -132,7 +131,7 @@ def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
     metrics = {c.name: c.to_dict() for c in checks}
     metrics.update({f"{c.name}_{other_view}": c.to_dict() for c in other})
     metrics["sparse"] = _key_set_counts(a.scase)
-    return Outcome.judged(
+    return Outcome.compared_with_oracle(
         [tensor_check(c.name, f) for c in failed for f in c.failures],
         metrics=metrics, messages=[describe_failure(a.case.id, c) for c in failed],
         warnings=[f"{other_view} view (not gating): " + describe_failure(a.case.id, c)
@@ -143,10 +142,11 @@ def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
 
 def _tampered(a: SparseAnswer) -> Outcome:
     where = a.witness.describe()
-    return Outcome.judged([INPUTS_UNCHANGED], metrics={INPUTS_UNCHANGED: {"changed": where}},
-                          messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with "
-                                    "the oracle, which would read the changed inputs)"],
-                          details=_details(a), kernel_ms=float(a.kernel_ms))
+    return Outcome.compared_with_oracle(
+        [INPUTS_UNCHANGED], metrics={INPUTS_UNCHANGED: {"changed": where}},
+        messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
+                  "would read the changed inputs)"],
+        details=_details(a), kernel_ms=float(a.kernel_ms))
 
 
 def _key_set_counts(scase: SparseCase) -> dict:

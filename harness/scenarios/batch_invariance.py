@@ -20,16 +20,16 @@ def request_alone(inputs, r: int):
         q_model=None if inputs.q_model is None else one(inputs.q_model))
 
 
-def run(case, backend, device):
+def run(case, backend, device, waits: bool = True):
     inputs = build_inputs(case, device)
-    call = launch(backend, inputs)
+    call = launch(backend, inputs, waits)
     out, lse, others = call.out, call.lse, []
     tol = TOLERANCES[case.dtype]
     failures, messages = [], []
     worst_out = worst_lse = 0.0
     bitwise = True
     for r in range(inputs.batch_size):
-        others.append(launch(backend, request_alone(inputs, r)))
+        others.append(launch(backend, request_alone(inputs, r), waits))
         o, l = others[-1].out, others[-1].lse
         in_batch_lse = None if lse is None else lse[r:r + 1]
         bitwise &= bitwise_equal(o, out[r:r + 1]) and bitwise_equal(l, in_batch_lse)

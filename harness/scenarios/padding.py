@@ -32,13 +32,13 @@ def padding_variants(inputs):
     return variants
 
 
-def run(case, backend, device):
+def run(case, backend, device, waits: bool = True):
     inputs = build_inputs(case, device)
-    call = launch(backend, inputs)
+    call = launch(backend, inputs, waits)
     out, lse = call.out, call.lse
     failures, messages, same, others = [], [], {}, []
     for name, variant in padding_variants(inputs).items():
-        others.append(launch(backend, variant))
+        others.append(launch(backend, variant, waits))
         o, l = others[-1].out, others[-1].lse
         same[name] = bitwise_equal(o, out) and bitwise_equal(l, lse)
         if not same[name]:

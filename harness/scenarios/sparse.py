@@ -23,21 +23,22 @@ from ._common import call_surviving_exit, reject_malformed
 from ._sparse_verdicts import OTHER_VIEW, SparseAnswer, verdicts  # noqa: F401  (the scenario's judging)
 
 
-def start(case, backend, device) -> Outcome | SparseAnswer:
-    """The case's kernel, gated and launched; its answer waits for the chunk's ``verdicts``.  An outcome
-    at once where the backend cannot take the case, or the machine cannot hold it."""
+def start(case, backend, device, waits: bool = True) -> Outcome | SparseAnswer:
+    """The case's kernel, gated and launched (``waits``: around it, ``launch``); its answer waits for the
+    chunk's ``verdicts``.  An outcome at once where the backend cannot take the case, or the machine
+    cannot hold it."""
     reason = refusal(case, backend, device)
     if reason is not None:
         return Outcome.unsupported(reason)
     with phase("inputs"):
         scase = build(case, device)
-    out, lse, kernel_time, witness = launch(backend, scase)
+    out, lse, kernel_time, witness = launch(backend, scase, waits)
     return SparseAnswer(case, backend, scase, out, lse, kernel_time, witness)
 
 
-def run(case, backend, device) -> Outcome:
+def run(case, backend, device, waits: bool = True) -> Outcome:
     """One case alone: ``start``, then the verdict of a chunk of one."""
-    answer = start(case, backend, device)
+    answer = start(case, backend, device, waits)
     return answer if isinstance(answer, Outcome) else verdicts([answer])[0]
 
 
@@ -50,17 +51,18 @@ def refusal(case, backend, device) -> str | None:
     return backend.sparse_capabilities.reason_unsupported(case, torch.device(device).type)
 
 
-def launch(backend, scase: SparseCase):
+def launch(backend, scase: SparseCase, waits: bool = True):
     """Gate, run and time one sparse call with a fresh guarded output buffer, witnessing its inputs.
-    The gate reads the indices' host copy: no wait for the device."""
+    The gate reads the indices' host copy: no wait for the device.  ``waits``: wait for the device
+    before and after the call, as ``_common.launch`` does."""
     validate_indices(scase.indices, scase.inputs.num_slots)
     inputs = dataclasses.replace(scase.inputs, out=output_buffer(scase.inputs))
     witness = Witness(inputs)
-    settle(inputs.device)
+    settle(inputs.device, waits)
     with phase(KERNEL):
         kernel_time = KernelTime(inputs.device)
         out, lse = call_surviving_exit(backend.run_sparse, inputs)
         kernel_time.stop()
-        settle(inputs.device)
+        settle(inputs.device, waits)
     reject_malformed(out, lse, inputs.device)
     return out, lse, kernel_time, witness.seal()
