@@ -30,14 +30,11 @@ def validate_case(case: Case, where: str) -> Case:
     def bad(key, msg):
         raise InputError(f"{where}: {key}: {msg}")
 
-    if case.mode not in MODES:
-        bad("mode", f"unknown mode '{case.mode}' (known: {', '.join(MODES)})")
-    if case.dtype not in DTYPES:
-        bad("dtype", f"unknown dtype '{case.dtype}' (known: {', '.join(DTYPES)})")
-    if case.padding not in PADDINGS:
-        bad("padding", f"unknown padding policy '{case.padding}' (known: {', '.join(PADDINGS)})")
-    if case.scenario not in scenario_names():
-        bad("scenario", f"unknown scenario '{case.scenario}' (known: {', '.join(scenario_names())})")
+
+    _one_of(case, bad, "mode", MODES, "mode")
+    _one_of(case, bad, "dtype", DTYPES, "dtype")
+    _one_of(case, bad, "padding", PADDINGS, "padding policy")
+    _one_of(case, bad, "scenario", scenario_names(), "scenario")
     for key in ("batch_size", "heads", "kv_heads", "draft_tokens", "page_size", "d_qk", "d_v"):
         if getattr(case, key) < 1:
             bad(key, f"must be at least 1, got {getattr(case, key)}")
@@ -70,6 +67,12 @@ def validate_case(case: Case, where: str) -> Case:
     return case
 
 
+def _one_of(case: Case, bad, key: str, known, what: str):
+    """``bad`` unless the case's ``key`` is one of ``known`` (``what`` names it in the line)."""
+    if getattr(case, key) not in known:
+        bad(key, f"unknown {what} '{getattr(case, key)}' (known: {', '.join(known)})")
+
+
 def _validate_sparse_fields(case: Case, bad):
     """The sparse fields: set only for the sparse scenario, which needs a topk."""
     sparse = case.scenario == "sparse"
@@ -80,17 +83,13 @@ def _validate_sparse_fields(case: Case, bad):
         return
     if not 1 <= case.topk <= LIMITS["topk"]:
         bad("topk", f"the sparse scenario needs 1 to {LIMITS['topk']} index entries, got {case.topk}")
-    if case.kv_format not in FORMATS:
-        bad("kv_format", f"unknown record format '{case.kv_format}' (known: {', '.join(FORMATS)})")
+    _one_of(case, bad, "kv_format", FORMATS, "record format")
     fmt = FORMATS[case.kv_format]
     if case.kv_scales not in fmt.policies:
         bad("kv_scales", f"format {fmt.name} takes {', '.join(fmt.policies)}, not '{case.kv_scales}'")
-    if case.sink not in SINKS:
-        bad("sink", f"unknown sink '{case.sink}' (known: {', '.join(SINKS)})")
-    if case.index_pattern not in INDEX_PATTERNS:
-        bad("index_pattern", f"unknown index pattern '{case.index_pattern}' (known: {', '.join(INDEX_PATTERNS)})")
-    if case.verify_rows not in VERIFY_ROWS:
-        bad("verify_rows", f"unknown verify rows '{case.verify_rows}' (known: {', '.join(VERIFY_ROWS)})")
+    _one_of(case, bad, "sink", SINKS, "sink")
+    _one_of(case, bad, "index_pattern", INDEX_PATTERNS, "index pattern")
+    _one_of(case, bad, "verify_rows", VERIFY_ROWS, "verify rows")
     if case.d_qk != fmt.d_qk or case.d_v != 512 or case.kv_heads != 1:
         bad("d_qk", f"format {fmt.name} holds d_qk {fmt.d_qk} with d_v 512 and one kv head, got d_qk "
                     f"{case.d_qk}, d_v {case.d_v}, kv_heads {case.kv_heads}")
