@@ -1,7 +1,7 @@
 """Profile chunked runs in this process (no isolation) on the small cases of a suite: where the host time goes.
 
 Usage: python scripts/gpu/profile_cases.py SUITE BACKEND DEVICE [N|all] > profile.txt
-(N: the first N cases with L <= 140; all: every case of the suite, in its order)
+(N: the first N cases with L <= 140; all: every case of the suite, in its order; every:K: each K-th case)
 """
 import cProfile
 import pstats
@@ -15,7 +15,10 @@ from harness.backend_loader import load_backend
 suite, spec, device = sys.argv[1:4]
 n = sys.argv[4] if len(sys.argv) > 4 else "400"
 cases = case_mod.load_suite(suite).cases
-small = cases if n == "all" else [c for c in cases if "4096" not in c.seqlen][:int(n)]
+if n.startswith("every:"):
+    small = cases[::int(n.split(":")[1])]
+else:
+    small = cases if n == "all" else [c for c in cases if "4096" not in c.seqlen][:int(n)]
 backend = load_backend(spec)
 chunk.run_chunk(small[:20], backend, spec, device)
 profile = cProfile.Profile()

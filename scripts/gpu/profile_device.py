@@ -1,7 +1,7 @@
 """Where the device time of each phase goes, for the cases of a suite that match a filter.
 
 Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] > device-profile.txt
-(FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40)
+(FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40, or every:K)
 """
 import sys
 
@@ -13,8 +13,9 @@ from harness import chunk, phases
 from harness.backend_loader import load_backend
 
 suite, spec, wanted = sys.argv[1:4]
-n = int(sys.argv[4]) if len(sys.argv) > 4 else 40
-cases = [c for c in case_mod.load_suite(suite).cases if wanted in c.seqlen][:n]
+n = sys.argv[4] if len(sys.argv) > 4 else "40"
+cases = [c for c in case_mod.load_suite(suite).cases if wanted in c.seqlen]
+cases = cases[::int(n.split(":")[1])] if n.startswith("every:") else cases[:int(n)]
 backend = load_backend(spec)
 chunk.run_chunk(cases[:4], backend, spec, "cuda")            # warm-up
 real_phase = phases.phase
