@@ -92,12 +92,13 @@ def quantize(tokens: torch.Tensor, fmt: RecordFormat, policy: str) -> Quantized:
     if policy not in fmt.policies:
         raise ValueError(f"format {fmt.name} takes scale policies {', '.join(fmt.policies)}, not '{policy}'")
     n = tokens.shape[0]
-    tiles = tokens[:, :fmt.d_nope].float().view(n, fmt.tiles, fmt.tile)
-    scales = tile_scales(tiles.abs().amax(dim=-1), policy)                      # (n, tiles)
+    tiles = tokens[:, :fmt.d_nope].to(torch.float32, copy=True).view(n, fmt.tiles, fmt.tile)   # scaled in place
+    amax = torch.linalg.vector_norm(tiles, ord=torch.inf, dim=-1)               # max |x|, exact, one pass
+    scales = tile_scales(amax, policy)                                          # (n, tiles)
     if policy == "amax":       # SGLang multiplies by the reciprocal and clamps
-        values = (tiles * (1.0 / scales)[..., None]).clamp(-E4M3_MAX, E4M3_MAX)
+        values = tiles.mul_((1.0 / scales)[..., None]).clamp_(-E4M3_MAX, E4M3_MAX)
     else:                      # FlashMLA's tests divide (|x / scale| <= 448 by construction)
-        values = tiles / scales[..., None]
+        values = tiles.div_(scales[..., None])
     nope = values.to(torch.float8_e4m3fn).view(n, fmt.d_nope)
     return Quantized(nope, scales, tokens[:, fmt.d_nope:].to(torch.bfloat16))
 
@@ -133,29 +134,49 @@ def write_records(pool: torch.Tensor, slots: torch.Tensor, q: Quantized, fmt: Re
         scale_bytes[at] = q.scales.to(torch.float8_e8m0fnu).view(torch.uint8)
 
 
-def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page_size: int) -> Quantized:
-    """The records at ``slots`` of ``pool``, decoded into their parts (no arithmetic)."""
+def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page_size: int,
+                 zeroed: torch.Tensor | None = None) -> Quantized:
+    """The records at ``slots`` of ``pool``, decoded into their parts (no arithmetic).  Where ``zeroed``
+    (a bool per slot) is true the record read is all zero bytes instead: a key of zeros in every view
+    (the oracle's stand-in for a -1 entry, never attended, and never the poison of the slot read)."""
     rows, scale_bytes = _page_parts(pool, fmt, page_size)
     at = _at(slots, page_size)
-    got = rows[at]
+    got, raw = rows[at], scale_bytes[at]                   # copies: gathers
+    if zeroed is not None:
+        got.masked_fill_(zeroed[:, None], 0)
+        raw.masked_fill_(zeroed[:, None], 0)
     nope = got[:, :fmt.d_nope].contiguous().view(torch.float8_e4m3fn)
     rope_at = fmt.row_bytes - 2 * fmt.d_rope
     rope = got[:, rope_at:rope_at + 2 * fmt.d_rope].contiguous().view(torch.bfloat16)
-    raw = scale_bytes[at].contiguous()
+    raw = raw.contiguous()
     scales = raw.view(torch.float32) if fmt.scale_bytes == 4 else raw.view(torch.float8_e8m0fnu).float()
     return Quantized(nope, scales, rope)
 
 
 def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) -> torch.Tensor:
     """``(n, d_qk)`` keys in ``dtype``: ``exact`` (e4m3 * scale) or ``bf16_product`` (the SM90 kernel's
-    ``bf16(e4m3 * bf16(scale))``; the product of 4 and 8 significant bits is exact in float32)."""
+    ``bf16(e4m3 * bf16(scale))``; the product of 4 and 8 significant bits is exact in float32).  Each part
+    is written once, into its columns of the result (the keys are the oracle's largest tensor)."""
     n = q.nope.shape[0]
+    keys = torch.empty(n, fmt.d_qk, dtype=dtype, device=q.nope.device)
+    nope = keys[:, :fmt.d_nope].view(n, fmt.tiles, fmt.tile)           # a view of the result's columns
     values = q.nope.view(n, fmt.tiles, fmt.tile)
     if mode == "exact":
-        nope = values.to(torch.float64) * q.scales.to(torch.float64)[..., None]
+        nope.copy_(values).mul_(q.scales.to(dtype)[..., None])        # float64: 4 x 24 bits, exact
     elif mode == "bf16_product":
         scale = q.scales.to(torch.bfloat16).float()
-        nope = (values.float() * scale[..., None]).to(torch.bfloat16)
+        nope.copy_((values.float() * scale[..., None]).to(torch.bfloat16))
     else:
         raise ValueError(f"unknown dequantization '{mode}' (known: {', '.join(DEQUANT_MODES)})")
-    return torch.cat([nope.reshape(n, fmt.d_nope).to(dtype), q.rope.to(dtype)], dim=1)
+    keys[:, fmt.d_nope:].copy_(q.rope)
+    return keys
+
+
+def views_agree(scales: torch.Tensor) -> torch.Tensor:
+    """A device bool: whether every scale (float32) is 0 or a power of two within 2^-100 .. 2^100, so that
+    both views give the same keys bit for bit: ``e4m3 * 2^k`` has at most 4 significant bits and stays
+    far inside bf16's normal range, so ``bf16(e4m3 * bf16(scale)) == e4m3 * scale``.  Sufficient, not
+    necessary: where it is false the other view is computed (and may still agree)."""
+    bits = scales.contiguous().view(torch.int32) & 0x7FFFFFFF
+    exponent = bits >> 23
+    return ((bits == 0) | (((bits & 0x7FFFFF) == 0) & (exponent >= 27) & (exponent <= 227))).all()

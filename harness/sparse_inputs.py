@@ -21,6 +21,7 @@ kernel runs, with one line.
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import torch
@@ -223,7 +224,13 @@ def estimated_bytes(case: Case) -> dict[str, int]:
     """A sparse case's peak device bytes by part, and their ``total``: the records, the tokens drawn and
     quantized (bf16 draws, then float32 tiles, their abs, the scaled values and their clamp: about 20 bytes
     an element), the bf16 copy of the whole pool the prefill-kernel adapters dequantize, and the oracle's
-    float64 block of gathered keys (``reference.sparse.ROW_BLOCK_ELEMENTS``) with its scores and output."""
+    float64 block of listed keys (``reference.sparse.ROW_BLOCK_ELEMENTS``) three times over (the keys, their
+    records and a view's temporaries, the scores: about 2.2 times on the largest heads) with its output."""
+    return dict(_estimate(case))
+
+
+@cache      # asked for every case by the size check and, chunk after chunk, by the plan
+def _estimate(case: Case) -> dict[str, int]:
     fmt = FORMATS[case.kv_format]
     total = cache_seqlens_for(case, draw_seq_lens(case))
     layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
@@ -237,17 +244,16 @@ def estimated_bytes(case: Case) -> dict[str, int]:
     return parts
 
 
+@cache
 def chunk_parts(case: Case) -> dict[str, int]:
     """The case's share of a chunk's memory (``resources.chunk_bytes``), from ``estimated_bytes``:
     ``held`` until the chunk's comparison (the records, the witness's fingerprints of them, the kernel's
     and the oracle's outputs) and ``passing`` (the largest of the draws, the prefill adapters' bf16 pool
     and the oracle's block of keys, which come and go one case at a time)."""
-    need = estimated_bytes(case)
+    need = _estimate(case)
     outputs = need["oracle"] - min(ROW_BLOCK_ELEMENTS, _entries(case) * case.d_qk) * 8 * 3
-    # the oracle's keys: every listed slot in float64, in both views at once while they are compared
-    keys = 2 * min(_entries(case), sum(cache_seqlens_for(case, draw_seq_lens(case)))) * case.d_qk * 8
     return {"held": need["records"] + 2 * 8 * (need["records"] // HASH_ROW_BYTES) + outputs,
-            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs + keys)}
+            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs)}
 
 
 def _entries(case: Case) -> int:

@@ -1,28 +1,31 @@
 """The float64 oracle of a sparse case: each query token's key set, read from the pool's records.
 
-Only the slots some index lists are read (a serving-size pool would not fit in float64), through the
-format's reader (``sparse_cache``) in one of two views:
+The records are read entry by entry, in each index row's order, a block of query rows at a time
+(``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
+format's reader (``sparse_cache``) and read by two products (``reference.sparse.attend_listed``).  A -1
+entry reads a record of zeros in its place (never attended).  Only the slots some index lists are read
+(a serving-size pool would not fit in float64), in one of two views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
 
 A backend declares the view its arithmetic starts from (``SparseCapabilities.kv_dequant``); the
-comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where the
-two views' keys are equal bit for bit (power-of-two scales) the other view shares the first's answer.
+comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where every
+listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal bit for
+bit) the other view shares the first's answer.
 
-For a chunk of cases (``start_views`` then ``finish_views``) whether the views are equal is a device
-flag, read with the others of the chunk in one transfer; ``expected_views`` is the same for one case.
-The slot set is taken on the device (``torch.unique``: its size is the one wait a case costs here).
+For a chunk of cases (``start_views`` then ``finish_views``) that agreement is a device flag, read with
+the others of the chunk in one transfer; ``expected_views`` is the same for one case.  Nothing here waits
+for the device.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-from reference.sparse import sparse_attention
-from reference.sparse import weighted_value_magnitudes as reference_magnitudes
+from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
 
-from .sparse_cache import dequantize, read_records
+from .sparse_cache import dequantize, read_records, views_agree
 from .sparse_inputs import SparseCase
 
 
@@ -42,8 +45,8 @@ def expected(case: SparseCase, view: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def expected_views(case: SparseCase, views: tuple) -> dict:
-    """``expected`` in each of one or two views, the records read once; a second view whose keys equal
-    the first's bit for bit (power-of-two scales: docs/sparse.md) shares its answer, the same tensors."""
+    """``expected`` in each of one or two views; a second view whose keys equal the first's bit for bit
+    (power-of-two scales: docs/sparse.md) shares its answer, the same tensors."""
     pending = start_views(case, views)
     return finish_views(pending, pending.same is not None and bool(pending.same))
 
@@ -53,14 +56,8 @@ def start_views(case: SparseCase, views: tuple) -> PendingViews:
     first's (a device flag: ``finish_views`` is told it)."""
     if not 1 <= len(views) <= 2:
         raise ValueError(f"one or two views, not {views}")
-    used, local, records = _key_rows(case)
-    keys = dequantize(records, case.inputs.fmt, views[0])
-    pending = PendingViews(case, views, {views[0]: _attend(case, keys, local)})
-    if len(views) == 2:
-        # the row of a -1 entry (slot 0 read in its place) is never attended: it does not count
-        other = dequantize(records, case.inputs.fmt, views[1])
-        pending.same = ((keys == other) | (used < 0)[:, None]).all()
-    return pending
+    answer, agree = _attend(case, views[0])
+    return PendingViews(case, views, {views[0]: answer}, agree if len(views) == 2 else None)
 
 
 def finish_views(pending: PendingViews, same: bool) -> dict:
@@ -69,42 +66,37 @@ def finish_views(pending: PendingViews, same: bool) -> dict:
     answers = dict(pending.answers)
     if len(pending.views) == 2:
         first, second = pending.views
-        if same:
-            answers[second] = answers[first]
-        else:
-            _, local, records = _key_rows(pending.case)
-            answers[second] = _attend(pending.case, dequantize(records, pending.case.inputs.fmt, second), local)
+        answers[second] = answers[first] if same else _attend(pending.case, second)[0]
     return answers
 
 
 def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -> torch.Tensor:
     """``sum_j p_j |V_j|`` of the flattened query ``rows`` ``(len(rows), heads, d_v)``, in ``view``: the
     scale of the kernel's weight-rounding error there (``weight_rounding``)."""
-    inputs = case.inputs
+    heads, d_v = case.inputs.heads, case.inputs.d_v
+    return _attend(case, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d_v)
+
+
+def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magnitudes: bool = False):
+    """``((out (n, s_q, heads, d_v), lse (n, heads, s_q)), agree)`` of the flattened query ``rows`` (all by
+    default; then out is ``(len(rows), 1, heads, d_v)``), float64; ``magnitudes``: ``sum p |V|`` in place of
+    out.  ``agree``: a device bool, whether every listed scale lets the two views agree."""
+    inputs, fmt = case.inputs, case.inputs.fmt
     n, s_q, heads, d = inputs.q.shape
-    _, local, records = _key_rows(case, rows)
-    return reference_magnitudes(inputs.q.reshape(n * s_q, heads, d)[rows], dequantize(records, inputs.fmt, view),
-                                local, inputs.softmax_scale, inputs.d_v, inputs.attn_sink)
-
-
-def _key_rows(case: SparseCase, rows: torch.Tensor | None = None):
-    """The sorted slots some entry (of ``rows``, else of every query row) lists (-1 first where an entry
-    is invalid), each entry's row among them (-1 kept), and their records (slot 0's in the row of -1:
-    read, never attended)."""
-    inputs = case.inputs
-    n, s_q = inputs.q.shape[:2]
-    flat = inputs.indices.reshape(n * s_q, -1).long()                 # on the device: no host round trip
-    flat = flat if rows is None else flat[rows]
-    used = torch.unique(flat)
-    local = torch.where(flat >= 0, torch.searchsorted(used, flat), torch.full_like(flat, -1))
+    q = inputs.q.reshape(n * s_q, heads, d)
+    listed = inputs.indices.reshape(n * s_q, -1)
+    if rows is not None:
+        q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-    return used, local, read_records(pool, used.clamp_min(0), inputs.fmt, inputs.page_size)
-
-
-def _attend(case: SparseCase, keys: torch.Tensor, local: torch.Tensor):
-    inputs = case.inputs
-    n, s_q, heads, d = inputs.q.shape
-    # ``local`` is in range by construction (searchsorted over the slots it came from): no check, no wait
-    out, lse = sparse_attention(inputs.q.reshape(n * s_q, heads, d), keys, local, inputs.softmax_scale,
-                                inputs.d_v, inputs.attn_sink, trusted=True)
-    return out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)
+    out, lse = empty_answers(n * s_q, heads, inputs.d_v, q.device)
+    agree = torch.ones((), dtype=torch.bool, device=q.device)
+    for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
+        idx = listed[r0:r1].long()
+        valid = idx >= 0
+        records = read_records(pool, idx.clamp_min(0).flatten(), fmt, inputs.page_size, zeroed=~valid.flatten())
+        keys = dequantize(records, fmt, view).view(r1 - r0, inputs.topk, d)
+        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
+                                               absolute_values=magnitudes)
+        agree &= views_agree(records.scales)
+    out, lse = with_sink(out, lse, inputs.attn_sink)
+    return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree

@@ -39,15 +39,32 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
         raise ValueError(f"an index is neither -1 nor one of the {keys.shape[0]} key rows")
     if keys.shape[0] == 0:                 # every entry is -1: a zero row to gather, never used
         keys = keys.new_zeros(1, d)
-    topk = indices.shape[1]
-    out = torch.zeros(n, h, d_v, dtype=torch.float64, device=keys.device)
-    lse = torch.full((n, h), math.inf, dtype=torch.float64, device=keys.device)
+    out, lse = empty_answers(n, h, d_v, keys.device)
+    for r0, r1 in row_blocks(n, indices.shape[1], d):
+        idx = indices[r0:r1].to(keys.device, torch.long)
+        valid = idx >= 0
+        listed = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()        # (rows, topk, d)
+        listed.masked_fill_(~valid[..., None], 0.0)                                    # poison never multiplied
+        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], listed, valid, softmax_scale, d_v)
+    return with_sink(out, lse, sink)
+
+
+def row_blocks(n: int, topk: int, d: int) -> list[tuple[int, int]]:
+    """Query rows ``[r0, r1)`` a block, so that a block's listed keys hold ``ROW_BLOCK_ELEMENTS`` or fewer."""
     rows = max(1, ROW_BLOCK_ELEMENTS // max(1, topk * d))
-    for r0 in range(0, n, rows):
-        r1 = min(n, r0 + rows)
-        out[r0:r1], lse[r0:r1] = _attend(q[r0:r1], keys, indices[r0:r1], softmax_scale, d_v)
+    return [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
+
+
+def empty_answers(n: int, h: int, d_v: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """out zeros and LSE +inf: the answer of a row no block reaches (an empty row's)."""
+    return (torch.zeros(n, h, d_v, dtype=torch.float64, device=device),
+            torch.full((n, h), math.inf, dtype=torch.float64, device=device))
+
+
+def with_sink(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """out scaled by the sink's factor (``sink_factor``); the LSE excludes the sink."""
     if sink is not None:
-        out = out * sink_factor(lse, sink.to(keys.device, torch.float64))[..., None]
+        out = out * sink_factor(lse, sink.to(out.device, torch.float64))[..., None]
     return out, lse
 
 
@@ -59,25 +76,36 @@ def weighted_value_magnitudes(q: torch.Tensor, keys: torch.Tensor, indices: torc
     ``sparse_attention``; meant for a few rows at a time."""
     if keys.shape[0] == 0:
         keys = keys.new_zeros(1, q.shape[-1])
-    magnitudes, lse = _attend(q, keys, indices, softmax_scale, d_v, absolute_values=True)
-    if sink is not None:
-        magnitudes = magnitudes * sink_factor(lse, sink.to(keys.device, torch.float64))[..., None]
-    return magnitudes
-
-
-def _attend(q, keys, indices, scale, d_v, absolute_values=False):
     idx = indices.to(keys.device, torch.long)
     valid = idx >= 0
-    k = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()           # (n, topk, d)
-    k = torch.where(valid[..., None], k, torch.zeros_like(k))                   # poison never multiplied
-    s = torch.einsum("nhd,nkd->nhk", q.to(keys.device, torch.float64), k) * scale
-    s = torch.where(valid[:, None, :], s, torch.full_like(s, -math.inf))
-    lse = torch.logsumexp(s, dim=-1)                                             # -inf for an empty row
-    empty = torch.isneginf(lse)
-    p = torch.exp(s - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
-    values = k[..., :d_v].abs() if absolute_values else k[..., :d_v]
-    out = torch.einsum("nhk,nkd->nhd", p, values)
-    return out, torch.where(empty, torch.full_like(lse, math.inf), lse)
+    listed = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()
+    listed.masked_fill_(~valid[..., None], 0.0)
+    return listed_magnitudes(q, listed, valid, softmax_scale, d_v, sink)
+
+
+def listed_magnitudes(q, listed, valid, softmax_scale, d_v, sink=None) -> torch.Tensor:
+    """``weighted_value_magnitudes`` over keys already listed per entry (``attend_listed``'s arguments)."""
+    magnitudes, lse = attend_listed(q, listed, valid, softmax_scale, d_v, absolute_values=True)
+    return with_sink(magnitudes, lse, sink)[0]
+
+
+def attend_listed(q: torch.Tensor, listed: torch.Tensor, valid: torch.Tensor, scale: float, d_v: int,
+                  absolute_values: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention of ``q (n, h, d)`` over its listed keys ``listed (n, topk, d)`` float64 (entry j of row t
+    is the key ``idx[t, j]`` names; zero where ``valid (n, topk)`` is false), out ``(n, h, d_v)`` and LSE
+    ``(n, h)``: ``softmax(scale * q.K) . V``, computed as ``exp(s - m) . V / l`` with ``m`` the row's
+    largest score and ``l = sum exp(s - m)``, so that ``lse = m + log l``.  Each pass over the scores is in
+    place: they are the largest tensor but the keys."""
+    s = torch.bmm(q.to(listed.device, torch.float64), listed.transpose(1, 2)).mul_(scale)     # (n, h, topk)
+    s.masked_fill_(~valid[:, None, :], -math.inf)
+    m = s.amax(dim=-1, keepdim=True)
+    m.masked_fill_(torch.isneginf(m), 0.0)                                       # an empty row: s - m stays -inf
+    p = s.sub_(m).exp_()
+    total = p.sum(dim=-1)                                                        # 0 for an empty row
+    values = listed[..., :d_v].abs() if absolute_values else listed[..., :d_v]
+    out = torch.bmm(p, values).div_(total.clamp_min(torch.finfo(torch.float64).tiny)[..., None])
+    lse = (m.squeeze(-1) + total.log()).masked_fill_(total == 0, math.inf)
+    return out, lse
 
 
 def sink_factor(lse: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
