@@ -35,7 +35,7 @@ from .integrity import HASH_ROW_BYTES, guarded
 from .kv_store import first_writes
 from .pool import allocate
 from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
-from .transfer import to_device
+from .transfer import to_device_named
 
 SINK_SCALE, SINK_SHIFT = 2.0, 4.0          # "random" sinks: N(4, 2^2), near a typical LSE so they matter
 
@@ -168,22 +168,19 @@ def engine_shape(case: Case) -> int:
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
-def selected_writes(layout, first: list[int], last: list[int], indices: torch.Tensor, num_slots: int):
-    """The engine's writes (``write_slots``) of the tokens some index selects: their slots, and each one's
-    row in the tokens of all requests back to back.  The other tokens are not written: their records keep
-    the pool's poison, so a kernel that reads a record outside every key set (its own request's included)
-    reads NaN.  A selected record's bytes are the same as with every token written."""
-    slots, source = write_slots(layout, first, last)
-    flat = indices.reshape(-1).numpy()
-    selected = np.zeros(num_slots, dtype=bool)
-    selected[flat[(flat >= 0) & (flat < num_slots)]] = True
-    keep = selected[slots.numpy()]
-    rows = np.arange(len(slots), dtype=np.int32) if source is None else source.numpy()
-    return slots[torch.from_numpy(keep)], torch.from_numpy(rows[keep])
+def selected(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """Which of the engine's writes (``slots``, from ``write_slots``) are of a token some index selects, on
+    the indices' device.  The others are not written: their records keep the pool's poison, so a kernel that
+    reads a record outside every key set (its own request's included) reads NaN.  A selected record's bytes
+    are the same as with every token written."""
+    listed = torch.zeros(num_slots + 1, dtype=torch.bool, device=indices.device)
+    listed[indices.reshape(-1).long().clamp_max(num_slots)] = True      # -1 (and past the pool): the last
+    return listed[slots.long()]
 
 
 def build(case: Case, device) -> SparseCase:
-    """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``."""
+    """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``.  It
+    waits for the device once, for the drawn indices (the gate reads them on the host)."""
     device = torch.device(device)
     fmt = FORMATS[case.kv_format]
     seq_lens = draw_seq_lens(case)
@@ -194,30 +191,32 @@ def build(case: Case, device) -> SparseCase:
     rows = query_rows(case, seq_lens)
     s_q = engine_shape(case)
     drawn = batched_indices(case, rows, layout, device) if case.index_pattern == "batched" else None
-    host_indices = (drawn.cpu() if drawn is not None else host_drawn_indices(case, rows, layout, host_gen)
-                    ).view(len(rows) // s_q, s_q, case.topk)
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
-    cache = cache.view(-1, s_q).amax(dim=1).to(torch.int32)
-    slots, source = selected_writes(layout, first_writes(shared_pages_for(case, total), case.page_size), total,
-                                    host_indices, layout.num_pages * case.page_size)
+    slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
+    pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32), "req_to_token": layout.req_to_token,
+            "slots": slots, "source": torch.arange(len(slots), dtype=torch.int32) if source is None else source}
+    if drawn is None:
+        pack["indices"] = host_drawn_indices(case, rows, layout, host_gen)
     sink = sink_for(case, host_gen)
-    # the sink travels as its float32 bits: one int32 transfer carries everything
-    sent = to_device([host_indices, cache, layout.req_to_token, slots, source]
-                     + ([sink.float().view(torch.int32)] if sink is not None else []), device)
-    if drawn is not None and device.type != "cpu":
-        sent[0] = drawn.view(host_indices.shape)          # already there: the copy sent is not used
+    if sink is not None:
+        pack["sink"] = sink.float().view(torch.int32)          # as its bits: one int32 transfer carries all
+    sent = to_device_named(pack, device)
+    indices = (drawn if drawn is not None else sent["indices"]).view(len(rows) // s_q, s_q, case.topk)
+    written = selected(indices, sent["slots"], layout.num_pages * case.page_size)
+    slots, source = sent["slots"][written], sent["source"][written]          # the wait, for the mask's size
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
     pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    write_records(pool, sent[3], quantize(tokens[sent[4].long()], fmt, case.kv_scales), fmt, case.page_size)
+    write_records(pool, slots, quantize(tokens[source.long()], fmt, case.kv_scales), fmt, case.page_size)
     inputs = SparseInputs(
         q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
             layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
-        indices=sent[0], cache_seqlens=sent[1], attn_sink=sent[5].view(torch.float32) if sink is not None else None,
-        req_to_token=sent[2], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
-    return SparseCase(inputs, host_indices, [seen for _, seen in rows], list(seq_lens))
+        indices=indices, cache_seqlens=sent["cache_seqlens"],
+        attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
+        req_to_token=sent["req_to_token"], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
+    return SparseCase(inputs, indices.cpu(), [seen for _, seen in rows], list(seq_lens))
 
 
 def estimated_bytes(case: Case) -> dict[str, int]:
