@@ -272,9 +272,11 @@ def validate_indices(indices: torch.Tensor, num_slots: int):
     if indices.dim() != 3 or indices.dtype != torch.int32:
         raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
                          f"{tuple(indices.shape)}")
-    bad = (indices < -1) | (indices >= num_slots)
-    if bool(bad.any()):
-        row, q, j = (int(x) for x in bad.nonzero()[0])
+    if not indices.numel():
+        return
+    lowest, highest = (int(x) for x in torch.aminmax(indices))             # one pass; the mask only to name one
+    if lowest < -1 or highest >= num_slots:
+        row, q, j = (int(x) for x in ((indices < -1) | (indices >= num_slots)).nonzero()[0])
         raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "
                          f"the pool's {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
                          f"other value, out of bounds or not)")
