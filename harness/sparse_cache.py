@@ -172,11 +172,13 @@ def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) 
     return keys
 
 
-def views_agree(scales: torch.Tensor) -> torch.Tensor:
-    """A device bool: whether every scale (float32) is 0 or a power of two within 2^-100 .. 2^100, so that
-    both views give the same keys bit for bit: ``e4m3 * 2^k`` has at most 4 significant bits and stays
-    far inside bf16's normal range, so ``bf16(e4m3 * bf16(scale)) == e4m3 * scale``.  Sufficient, not
-    necessary: where it is false the other view is computed (and may still agree)."""
+def views_agree(scales: torch.Tensor, zeroed: torch.Tensor) -> torch.Tensor:
+    """A device bool: whether every scale (float32, ``(n, tiles)``) of a record not ``zeroed`` (``(n,)``,
+    ``read_records``': its values are all zero, equal in both views) is 0 or a power of two within
+    2^-100 .. 2^100, so that both views give the same keys bit for bit: ``e4m3 * 2^k`` has at most 4
+    significant bits and stays far inside bf16's normal range, so ``bf16(e4m3 * bf16(scale)) == e4m3 *
+    scale``.  Sufficient, not necessary: where it is false the other view is computed (and may agree)."""
     bits = scales.contiguous().view(torch.int32) & 0x7FFFFFFF
     exponent = bits >> 23
-    return ((bits == 0) | (((bits & 0x7FFFFF) == 0) & (exponent >= 27) & (exponent <= 227))).all()
+    power_of_two = (bits == 0) | (((bits & 0x7FFFFF) == 0) & (exponent >= 27) & (exponent <= 227))
+    return (power_of_two | zeroed[:, None]).all()

@@ -93,10 +93,11 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
         idx = listed[r0:r1].long()
         valid = idx >= 0
-        records = read_records(pool, idx.clamp_min(0).flatten(), fmt, inputs.page_size, zeroed=~valid.flatten())
+        zeroed = ~valid.flatten()
+        records = read_records(pool, idx.clamp_min(0).flatten(), fmt, inputs.page_size, zeroed=zeroed)
         keys = dequantize(records, fmt, view).view(r1 - r0, inputs.topk, d)
         out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
                                                absolute_values=magnitudes)
-        agree &= views_agree(records.scales)
+        agree &= views_agree(records.scales, zeroed)
     out, lse = with_sink(out, lse, inputs.attn_sink)
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree

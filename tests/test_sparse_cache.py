@@ -14,6 +14,7 @@ from harness.sparse_cache import (
     quantize,
     read_records,
     tile_scales,
+    views_agree,
     write_records,
 )
 
@@ -114,6 +115,24 @@ def test_kernel_dequant_equals_exact_for_power_of_two_scales_only():
            / dequantize(amax, fmt, "exact").abs().clamp_min(1e-30))
     # two bf16 roundings (unit roundoff u = 2^-8 each): |err| <= (2u + u^2) |exact| (docs/sparse.md)
     assert float(rel.max()) <= 2 * 2**-8 + 2**-16
+
+
+@pytest.mark.parametrize("name", ["v32", "v4"])
+def test_views_agree_on_power_of_two_scales_and_ignores_zeroed_records(name):
+    fmt = FORMATS[name]
+    pool = pool_for(fmt)
+    write_records(pool, torch.arange(4), quantize(tokens(4, fmt, seed=6), fmt, "ue8m0"), fmt, P)
+    zeroed = torch.tensor([False, True, False, True])
+    records = read_records(pool, torch.tensor([0, 9, 2, 11]), fmt, P, zeroed=zeroed)   # 9, 11: poison, zeroed
+    assert bool(views_agree(records.scales, zeroed))
+    for mode in ("exact", "bf16_product"):            # a zeroed record is a key of zeros in every view
+        assert torch.equal(dequantize(records, fmt, mode)[zeroed], torch.zeros(2, fmt.d_qk, dtype=torch.float64))
+    assert torch.equal(dequantize(records, fmt, "exact"), dequantize(records, fmt, "bf16_product"))
+    unmasked = bool(views_agree(records.scales, torch.zeros(4, dtype=torch.bool)))
+    assert unmasked == (name == "v32")          # a zero float32 scale passes; V4's e8m0 byte 0 is 2^-127
+    if name == "v32":
+        amax = quantize(tokens(4, fmt, seed=7), fmt, "amax")
+        assert not bool(views_agree(amax.scales, torch.zeros(4, dtype=torch.bool)))
 
 
 def test_poisoned_records_read_as_nan_in_every_part():
