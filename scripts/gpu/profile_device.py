@@ -36,11 +36,14 @@ def labelled(name):                                           # each phase as a 
     return Both()
 
 
-for module in (phases, sys.modules["harness.scenarios._common"]):
-    module.phase = labelled
+for module in list(sys.modules.values()):                  # every module that imported ``phase`` by name
+    if getattr(module, "phase", None) is real_phase:
+        module.phase = labelled
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
 torch.cuda.synchronize()
 print(f"{len(cases)} cases matching '{wanted}'")
-print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
+print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=110))
+print(prof.key_averages(group_by_input_shape=False).table(sort_by="cuda_time_total", row_limit=12,
+                                                          max_name_column_width=60))
 print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
