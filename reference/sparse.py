@@ -22,11 +22,9 @@ ROW_BLOCK_ELEMENTS = 1 << 26        # gathered key elements per block of query r
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor, softmax_scale: float,
-                     d_v: int, sink: torch.Tensor | None = None, trusted: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     d_v: int, sink: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``q (n, h, d)``, ``keys (slots, d)`` (the pool as the kernel reads it, one row per slot),
-    ``indices (n, topk)`` (slot or -1), ``sink (h,)`` or None.  ``trusted``: the caller built the
-    indices in range itself, so their check (a wait for the device) is skipped.
+    ``indices (n, topk)`` (slot or -1), ``sink (h,)`` or None.
 
     Returns out ``(n, h, d_v)`` and LSE ``(n, h)``, float64.
     """
@@ -35,7 +33,7 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
         raise ValueError(f"{n} query rows but {indices.shape[0]} index rows")
     if keys.shape[1] != d:
         raise ValueError(f"q has {d} columns, the keys {keys.shape[1]}")
-    if not trusted and bool(((indices < -1) | (indices >= keys.shape[0])).any()):
+    if bool(((indices < -1) | (indices >= keys.shape[0])).any()):
         raise ValueError(f"an index is neither -1 nor one of the {keys.shape[0]} key rows")
     if keys.shape[0] == 0:                 # every entry is -1: a zero row to gather, never used
         keys = keys.new_zeros(1, d)
