@@ -29,7 +29,9 @@ from .inputs import cache_seqlens_for, draw_seq_lens
 from .outcome import Outcome, result_row
 from .phases import PhaseClock, PhaseError
 
-CHUNK_CASES = 32
+# Cases a chunk may hold: fewer chunks are fewer waits.  On the H200 (2026-12-04, docs/gpu-runs.md) the upstream
+# matrix ran at 363-367 cases/s with 32 and 385 with 64 (4 workers); the byte budget below still bounds a chunk.
+CHUNK_CASES = 64
 # The estimated peak bytes of a chunk (resources.chunk_bytes): its answers wait for one compare.  On the CPU a
 # chunk's fresh memory is paid for in page faults: make verify's suites took 24-26 s on 2 cores with 2 GiB
 # chunks and 34-39 s with 8 GiB, most of the difference system time.
