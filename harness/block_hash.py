@@ -5,7 +5,8 @@ arithmetic.  On CUDA it is one Triton kernel that reads each byte once and write
 PyTorch the product is a temporary the size of the storage, written and read again (three passes, two
 launches), and the witness runs it twice per call on every pool.  Wrapping arithmetic makes the order
 of the additions irrelevant, so both give the same bits (``tests/test_integrity.py`` checks it); where
-Triton does not import or there is no CUDA device, the PyTorch form runs.
+Triton does not import, there is no CUDA device or the storage is small (``TRITON_MIN_BYTES``), the
+PyTorch form runs.
 """
 
 import functools
@@ -14,11 +15,15 @@ import torch
 
 ROWS_PER_PROGRAM = 64             # rows (blocks) one Triton program sums
 SLICE_ROWS = 1 << 18              # the PyTorch form's rows per launch: bounds its temporary to 64 MiB
+# Below this a storage is summed in PyTorch on CUDA too: a Triton launch costs the host about 70 us (its
+# argument handling; the H200's profile, docs/gpu-runs.md), two PyTorch launches about 20, and the
+# temporary's extra pass over 8 MiB about 5 us of the device's time.
+TRITON_MIN_BYTES = 8 << 20
 
 
 def block_sums(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
     """``out[i] = sum_j rows[i, j] * weights[j]`` (int64, wrapping); ``rows`` contiguous ``(n, words)``."""
-    kernel = _triton_kernel() if rows.is_cuda else None
+    kernel = _triton_kernel() if rows.is_cuda and rows.numel() * 8 > TRITON_MIN_BYTES else None
     if kernel is None:
         return block_sums_torch(rows, weights, out)
     n, words = rows.shape
