@@ -6,7 +6,8 @@ from ..checks import BATCH_INVARIANCE
 from ..compare import check_tensor, describe
 from ..pool import pages_for
 from ..tolerances import TOLERANCES
-from ._common import bitwise_equal, build_inputs, judge, launch
+from ._common import build_inputs, judge, launch
+from ._evidence import bitwise_equal
 
 
 def request_alone(inputs, r: int):

@@ -1,7 +1,8 @@
 """``determinism``: the same call twice must be bitwise equal."""
 
 from ..checks import DETERMINISM
-from ._common import bitwise_equal, build_inputs, first_difference, judge, launch
+from ._common import build_inputs, judge, launch
+from ._evidence import bitwise_equal, first_difference
 
 
 def run(case, backend, device, waits: bool = True):

@@ -40,7 +40,8 @@ from ..outcome import Outcome
 from ..phases import phase
 from ..pool import pages_for, validate_block_table
 from ..tolerances import TOLERANCES
-from ._common import bitwise_equal, compare_with, first_difference, launch
+from ._common import compare_with, launch
+from ._evidence import bitwise_equal, first_difference
 
 GRAPH_STEPS = 24
 GRAPH_BACKENDS = "flashmla, flashinfer-fa3, flashinfer-fa2, sglang-triton and flaggems"
