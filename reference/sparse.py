@@ -94,8 +94,9 @@ def attend_listed(q: torch.Tensor, listed: torch.Tensor, valid: torch.Tensor, sc
     ``(n, h)``: ``softmax(scale * q.K) . V``, computed as ``exp(s - m) . V / l`` with ``m`` the row's
     largest score and ``l = sum exp(s - m)``, so that ``lse = m + log l``.  Each pass over the scores is in
     place: they are the largest tensor but the keys."""
-    s = torch.bmm(q.to(listed.device, torch.float64), listed.transpose(1, 2)).mul_(scale)     # (n, h, topk)
-    s.masked_fill_(~valid[:, None, :], -math.inf)
+    # scale * q.K, with -inf added where an entry is invalid (its key is zero): one product, no pass after it
+    bias = torch.zeros(valid.shape, dtype=torch.float64, device=listed.device).masked_fill_(~valid, -math.inf)
+    s = torch.baddbmm(bias[:, None, :], q.to(listed.device, torch.float64), listed.transpose(1, 2), alpha=scale)
     m = s.amax(dim=-1, keepdim=True)
     m.masked_fill_(torch.isneginf(m), 0.0)                                       # an empty row: s - m stays -inf
     p = s.sub_(m).exp_()
