@@ -19,7 +19,7 @@ A backend has four parts:
 ``info()``
     Package, version and API form; recorded in every result row.
 ``run(inputs)``
-    The kernel call.  ``inputs`` is a ``harness.inputs.Inputs``:
+    The kernel call.  ``inputs`` is a ``harness.building.inputs.Inputs``:
 
     - ``inputs.q`` ``(b, s_q, h_q, d_qk)``: bf16/fp16, or fp8 with ``inputs.descale_q``;
     - ``inputs.kv_pool`` ``(num_pages, page_size, h_kv, d_qk)``: the paged latent cache

@@ -16,7 +16,7 @@ import sys
 
 from . import commands
 from .errors import EXIT_BAD_INPUT, InputError
-from .status import EXIT_INTERRUPTED
+from .recording.status import EXIT_INTERRUPTED
 
 
 def _command_names() -> list[str]:

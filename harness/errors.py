@@ -24,4 +24,9 @@ class RejectedOutput(Exception):
         self.check = check
 
 
-from .status import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_NOTHING_VERIFIED, EXIT_OK  # noqa: E402, F401  (defined once)
+from .recording.status import (  # noqa: E402, F401  (defined once)
+    EXIT_BAD_INPUT,
+    EXIT_FAILURES,
+    EXIT_NOTHING_VERIFIED,
+    EXIT_OK,
+)

@@ -10,10 +10,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backend_loader import load_backend
 from .mutants import MUTANTS
-from .runner import RunSummary, run_cases
-from .status import gates
+from .recording.status import gates
+from .running.backend_loader import load_backend
+from .running.runner import RunSummary, run_cases
 
 CLEAN_SPEC = "torch"
 

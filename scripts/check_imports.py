@@ -17,24 +17,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("reference", "harness")
 
-# Higher layers first: a module may import from its own layer or any layer below it.
+# Higher layers first: a module may import from its own layer or any layer below it.  The folders are the
+# stages of a run (planning, building, running, judging, recording); a layer is about who may call whom, so a
+# stage's modules sit in more than one.
+
+
+def _in(folder: str, *modules: str) -> list[str]:
+    return [f"harness.{folder}.{m}" for m in modules]
+
+
 LAYERS = [
     ["harness.cli", "harness.commands"],
-    ["harness.report", "harness.selfcheck", "harness.bench", "harness.summary", "harness.junit"],
-    ["harness.runner", "harness.isolation", "harness.worker", "harness.worker_pool", "harness.worker_process",
-     "harness.memory_gate", "harness.circuit_breaker", "harness.chunk", "harness.backend_loader", "harness.shards"],
-    ["harness.placement", "harness.gpus", "harness.gpu_memory"],
+    ["harness.report", "harness.selfcheck", "harness.bench"] + _in("recording", "summary", "junit"),
+    _in("running", "runner", "isolation", "worker", "worker_pool", "worker_process", "memory_gate",
+        "circuit_breaker", "chunk", "backend_loader", "shards"),
+    _in("running", "placement", "gpus", "gpu_memory"),
     ["harness.mutants"],
     ["harness.scenarios"],
-    ["harness.compare", "harness.weight_rounding", "harness.inputs", "harness.kernel_inputs", "harness.kv_store", "harness.case_lengths",
-     "harness.backends", "harness.oracle", "harness.diagnostics",
-     "harness.resources", "harness.outcome", "harness.conventions", "harness.sparse_inputs",
-     "harness.sparse_oracle"],
-    ["harness.cases", "harness.case", "harness.case_checks", "harness.pool", "harness.page_layout",
-     "harness.block_tables", "harness.pool_gates", "harness.sparse_cache", "harness.integrity", "harness.block_hash",
-     "harness.transfer", "harness.tolerances", "harness.seqlens", "harness.checks", "harness.status", "harness.phases",
-     "harness.fixed_params", "harness.results", "harness.results_read", "harness.results_write",
-     "harness.environment", "harness.errors"],
+    ["harness.backends"]
+    + _in("judging", "compare", "weight_rounding", "oracle", "diagnostics", "conventions", "sparse_oracle")
+    + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs")
+    + _in("planning", "case_lengths") + _in("running", "resources") + _in("recording", "outcome"),
+    _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params")
+    + _in("building", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "transfer")
+    + _in("judging", "integrity", "block_hash", "tolerances", "checks") + _in("running", "phases")
+    + _in("recording", "status", "results", "results_read", "results_write")
+    + ["harness.environment", "harness.errors"],
     ["harness"],
     ["reference"],
 ]

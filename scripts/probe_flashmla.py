@@ -9,11 +9,11 @@ import dataclasses
 import torch
 
 from harness.backends.flashmla import FlashMLABackend
-from harness.cases import Case
-from harness.compare import check_tensor
-from harness.inputs import generate
-from harness.oracle import expected
-from harness.tolerances import TOLERANCES
+from harness.building.inputs import generate
+from harness.judging.compare import check_tensor
+from harness.judging.oracle import expected
+from harness.judging.tolerances import TOLERANCES
+from harness.planning.cases import Case
 
 
 def probe(backend, label, **fields):

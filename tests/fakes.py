@@ -4,8 +4,8 @@
   worker set), recording what it is told instead of sending it to a process.
 """
 
-from harness.worker import State, WorkerState
-from harness.worker_process import EMPTY_CACHE
+from harness.running.worker import State, WorkerState
+from harness.running.worker_process import EMPTY_CACHE
 
 
 class FakeWorker(WorkerState):

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases import Case, load_suite
+from harness.building.inputs import generate
+from harness.building.pool import validate_block_table
 from harness.cli import main
 from harness.errors import InputError
-from harness.inputs import generate
-from harness.pool import validate_block_table
-from harness.results import read_rows
-from harness.runner import run_case
+from harness.planning.cases import Case, load_suite
+from harness.recording.results import read_rows
+from harness.running.runner import run_case
 from harness.scenarios import _common as steps
 
 REPO = Path(__file__).resolve().parent.parent

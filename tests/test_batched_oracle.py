@@ -126,9 +126,9 @@ def test_only_a_gpu_call_with_a_short_request_joins_shared_blocks():
 def test_an_answer_without_a_short_request_gets_its_oracle_at_once_with_the_bits_of_its_chunk(monkeypatch):
     """``expect`` runs the oracle of an answer that gains nothing from company right after its kernel;
     the others wait for ``verdicts``.  Either way an answer gets the bits a chunk's pass gives it."""
-    from harness.backend_loader import load_backend
-    from harness.cases import Case
-    from harness.inputs import generate
+    from harness.building.inputs import generate
+    from harness.planning.cases import Case
+    from harness.running.backend_loader import load_backend
     from harness.scenarios import _common
     monkeypatch.setattr(batched, "shares_blocks", lambda device: True)
     backend = load_backend("torch")

@@ -16,11 +16,11 @@ from helpers import run_cli
 
 from harness.bench import ceilings, counting, timing
 from harness.bench.output import csv_record, line
-from harness.cases import load_suite
-from harness.inputs import generate
+from harness.building.inputs import generate
+from harness.judging.tolerances import TOLERANCES
+from harness.planning.cases import load_suite
+from harness.recording.results import load, read_rows
 from harness.report.bench import section
-from harness.results import load, read_rows
-from harness.tolerances import TOLERANCES
 
 # ---- counting ---------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from helpers import REPO
 
-from harness import cases as C
-from harness import seqlens
 from harness.errors import InputError
+from harness.planning import cases as C
+from harness.planning import seqlens
 
 
 def write_suite(tmp_path, text, name="mine"):
@@ -101,7 +101,7 @@ def test_seeds_stable_across_loads_and_distinct(tmp_path):
 def test_seeds_do_not_depend_on_the_process(tmp_path):
     """Seeds come from the id, not Python's randomised hash: another process gets the same ones."""
     path = write_suite(tmp_path, GRID)
-    code = f"from harness.cases import load_suite; print([c.seed for c in load_suite({str(path)!r}).cases])"
+    code = f"from harness.planning.cases import load_suite; print([c.seed for c in load_suite({str(path)!r}).cases])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
                          env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == str([c.seed for c in C.load_suite(str(path)).cases])

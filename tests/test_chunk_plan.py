@@ -1,8 +1,8 @@
-"""How cases are grouped into chunks (``harness.chunk.plan``): every case once, short ones first, and no
+"""How cases are grouped into chunks (``harness.running.chunk.plan``): every case once, short ones first, and no
 chunk past its memory budget by the size estimate (``resources.chunk_bytes``)."""
 
-from harness import chunk, resources
-from harness.cases import load_suite
+from harness.planning.cases import load_suite
+from harness.running import chunk, resources
 
 
 def test_every_case_lands_once_in_chunks_within_their_budget():

@@ -7,9 +7,9 @@ import textwrap
 import pytest
 from helpers import run_cli
 
-from harness import runner
-from harness.cases import load_suite
-from harness.runner import CircuitBreaker
+from harness.planning.cases import load_suite
+from harness.running import runner
+from harness.running.runner import CircuitBreaker
 
 SMOKE = load_suite("smoke").cases
 

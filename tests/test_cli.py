@@ -17,8 +17,8 @@ import pytest
 import torch
 from helpers import REPO, run_cli
 
-from harness import results
-from harness.cases import load_suite, suite_names
+from harness.planning.cases import load_suite, suite_names
+from harness.recording import results
 
 PLUGIN = "examples/plugin_backend.py:MyKernel"
 OFFBYONE = "examples/offbyone_verify.py:OffByOneVerify"
@@ -217,7 +217,7 @@ class Bf16Only(Backend):
     name = "bf16-only"
     capabilities = Capabilities(dtypes=("bf16",))
     def run(self, inputs):
-        from harness.oracle import expected
+        from harness.judging.oracle import expected
         out, lse = expected(inputs)
         return out.to(torch.bfloat16), lse.float()
 
@@ -403,7 +403,7 @@ def test_resume_and_a_different_out_exit_2(tmp_path):
     assert code == 2 and "--resume" in err
 
 
-# BUG (reported, harness/summary.py print_summary): ``out=sys.stdout`` is a default bound when
+# BUG (reported, harness/recording/summary.py print_summary): ``out=sys.stdout`` is a default bound when
 # the module is first imported, so the summary goes to whatever sys.stdout was then, not to the
 # current one: a second in-process run (or any caller that redirects stdout) loses it.
 def test_summary_goes_to_the_current_stdout(tmp_path):
@@ -468,8 +468,8 @@ def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):
 def test_free_memory_is_measured_before_any_spare_is_told_to_load(tmp_path, in_repo, monkeypatch):
     """A spare makes its CUDA context once told its job: measured after, the free memory (and so a
     too-large verdict) would depend on how far the spares had got."""
-    from harness import gpu_memory, resources
-    from harness.worker_pool import WorkerPool
+    from harness.running import gpu_memory, resources
+    from harness.running.worker_pool import WorkerPool
     calls = []
     real_measure, real_tell = resources.available_bytes, WorkerPool.load_in_spare
     real_nvml = gpu_memory.free_memory

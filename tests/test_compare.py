@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from harness.cases import DTYPES
-from harness.checks import Kind
-from harness.compare import check_tensor, cos_diff, describe_failure, expected_lse_for
-from harness.inputs import TORCH_DTYPES
-from harness.tolerances import TOLERANCES, Bound, Tolerance
+from harness.building.inputs import TORCH_DTYPES
+from harness.judging.checks import Kind
+from harness.judging.compare import check_tensor, cos_diff, describe_failure, expected_lse_for
+from harness.judging.tolerances import TOLERANCES, Bound, Tolerance
+from harness.planning.cases import DTYPES
 
 # dyadic bounds: atol + rtol * |e| and the errors below are exact in float64
 EXACT = Bound(atol=0.5, rtol=0.25, cos_diff=1.0)
@@ -191,8 +191,8 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
     """check_tensors on many pairs at once: every field of every check, bit for bit, as checked alone."""
     import json
 
-    from harness import compare
-    from harness.compare import Pair, check_tensors
+    from harness.judging import compare
+    from harness.judging.compare import Pair, check_tensors
     # a GPU's groups of many rows, forced on: small groups split pairs of one size over several
     real_group_rows = compare.group_rows
     monkeypatch.setattr(compare, "group_rows", lambda n, device: real_group_rows(n, torch.device("cuda")))
@@ -218,7 +218,7 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
 
 
 def test_groups_hold_pairs_of_one_size_in_rows_fixed_by_the_size():
-    from harness.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
+    from harness.judging.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
     cuda, cpu = torch.device("cuda"), torch.device("cpu")          # by name: nothing is allocated
     sizes = [100] * (GROUP_ROWS + 3) + [GROUP_ELEMENTS // 3] * 4 + [GROUP_ELEMENTS * 2, 7]
     groups = _groups(list(range(len(sizes))), sizes, cuda)

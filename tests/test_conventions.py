@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from harness.backends.base import Capabilities
-from harness.cases import Case, case_seed
-from harness.conventions import draft_slot_mask, kernel_view
-from harness.inputs import generate
-from harness.oracle import expected
+from harness.building.inputs import generate
+from harness.judging.conventions import draft_slot_mask, kernel_view
+from harness.judging.oracle import expected
+from harness.planning.cases import Case, case_seed
 
 CAST = Capabilities(fp8_q="cast_in_kernel")
 MODEL = Capabilities(fp8_q="model_dtype")
@@ -121,7 +121,7 @@ def test_draft_slot_mask_marks_exactly_the_drafts():
 
 
 def test_end_to_end_error_is_unaffected_by_the_view():
-    from harness.oracle import expected, model_precision
+    from harness.judging.oracle import expected, model_precision
     inputs = make("verify", s_q=2)
     view = kernel_view(inputs, CAST)
     assert view.q_model is inputs.q_model

@@ -1,5 +1,5 @@
 """The code the docs name still exists: every backquoted dotted name whose first part is one of our modules
-(``harness.results.load``, ``worker_pool.WorkerPool.start_spares``, ``isolation.hand_out``) resolves.
+(``harness.recording.results.load``, ``worker_pool.WorkerPool.start_spares``, ``isolation.hand_out``) resolves.
 
 What is checked, and what is not (so the check stays exact):
 - a name is checked when its first part is ``harness``, ``reference`` or the last part of one of their
@@ -18,8 +18,8 @@ import re
 
 from helpers import REPO
 
-from harness import checks
-from harness.inputs import Inputs
+from harness.building.inputs import Inputs
+from harness.judging import checks
 
 DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "gpu-runs.md")]
 NAME = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
@@ -29,7 +29,7 @@ ROW_SECTIONS = {"case", "bench", "conventions", "placement", "backend_info", "me
 
 
 def modules_by_last_part() -> dict[str, list[str]]:
-    """``{"isolation": ["harness.isolation"], ...}`` for every module of harness and reference."""
+    """``{"isolation": ["harness.running.isolation"], ...}`` for every module of harness and reference."""
     found = {}
     for package in ("harness", "reference"):
         for path in sorted((REPO / package).rglob("*.py")):
@@ -81,7 +81,7 @@ def test_every_module_name_the_docs_quote_exists():
 
 def test_a_stale_name_is_caught():
     modules = modules_by_last_part()
-    text = ("`isolation.start_spares`, `harness.results.no_such`, `worker_pool.WorkerPool.start_spares`, "
-            "`harness.results.load`, `inputs.out`, `inputs.unchanged`, `conventions.engine`, `torch.cuda.x`, "
+    text = ("`isolation.start_spares`, `harness.recording.results.no_such`, `worker_pool.WorkerPool.start_spares`, "
+            "`harness.recording.results.load`, `inputs.out`, `inputs.unchanged`, `conventions.engine`, `torch.cuda.x`, "
             "`chunk.py`")
-    assert stale_names(text, modules) == ["line 1: isolation.start_spares", "line 1: harness.results.no_such"]
+    assert stale_names(text, modules) == ["line 1: isolation.start_spares", "line 1: harness.recording.results.no_such"]

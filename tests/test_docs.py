@@ -13,8 +13,8 @@ import re
 import pytest
 from helpers import REPO
 
-from harness.cases import load_suite, suite_names
 from harness.cli import main
+from harness.planning.cases import load_suite, suite_names
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NUM = r"(\d[\d,]*)"
@@ -129,8 +129,8 @@ def test_the_plugin_example_names_only_inputs_that_exist():
     """The example's docstring lists ``Inputs``' fields; each must be one (``inputs.case`` was not, once)."""
     import dataclasses
 
-    from harness.checks import INPUTS_UNCHANGED
-    from harness.inputs import Inputs
+    from harness.building.inputs import Inputs
+    from harness.judging.checks import INPUTS_UNCHANGED
 
     fields = {f.name for f in dataclasses.fields(Inputs)} | {n for n in dir(Inputs) if not n.startswith("_")}
     text = (REPO / "examples" / "plugin_backend.py").read_text() + (REPO / "README.md").read_text()

@@ -16,14 +16,21 @@ import torch
 
 from harness.backends.base import Capabilities
 from harness.backends.flaggems_mla import FlagGemsMLABackend
-from harness.cases import DEEPSEEK_SOFTMAX_SCALE, Case, load_suite
+from harness.building.inputs import generate
 from harness.cli import main
-from harness.conventions import kernel_view
-from harness.fixed_params import SCALE_RULES, as_run, describe_fixed, fixed_by_kernel, fixed_scale, hashed_definition
-from harness.inputs import generate
-from harness.oracle import expected
+from harness.judging.conventions import kernel_view
+from harness.judging.oracle import expected
+from harness.planning.cases import DEEPSEEK_SOFTMAX_SCALE, Case, load_suite
+from harness.planning.fixed_params import (
+    SCALE_RULES,
+    as_run,
+    describe_fixed,
+    fixed_by_kernel,
+    fixed_scale,
+    hashed_definition,
+)
+from harness.recording.results import case_hash, read_rows
 from harness.report import write_report
-from harness.results import case_hash, read_rows
 
 SUITES = "smoke,edge"        # every scenario that runs whole (padding, determinism, batch invariance) is in edge
 FLAGGEMS_SCALE = 1 / 24      # 1 / sqrt(576)

@@ -15,7 +15,7 @@ from helpers import REPO
 from harness.backends.base import no_sparse_reason
 from harness.backends.flaggems_mla import SIGNATURE, SOURCE, FlagGemsMLABackend
 from harness.backends.sparse_prefill import FlagGemsSparseBackend
-from harness.cases import load_suite
+from harness.planning.cases import load_suite
 
 DEFAULT_SUITES = re.search(r"^SUITES \?= *(\S+)", (REPO / "Makefile").read_text(), re.M).group(1).split(",")
 

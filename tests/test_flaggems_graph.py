@@ -16,8 +16,8 @@ from harness.backends.flaggems_graph import SEQ_LEN_FILL, FlagGemsGraphSession
 from harness.backends.flaggems_mla import FlagGemsMLABackend
 from harness.backends.flashmla import FlashMLABackend
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import Case, case_seed, load_suite
-from harness.inputs import KVStore, cache_seqlens_for, draw_normal
+from harness.building.inputs import KVStore, cache_seqlens_for, draw_normal
+from harness.planning.cases import Case, case_seed, load_suite
 
 P = 64
 
@@ -203,7 +203,7 @@ def test_the_graph_suite_runs_flaggems_on_the_gpu():
     backend = FlagGemsMLABackend()
     if not backend.available():
         pytest.skip(f"flaggems: {backend.availability()}")
-    from harness.runner import run_case
+    from harness.running.runner import run_case
     cases = [c for c in load_suite("graph").cases if backend.unsupported_reason(c, "cuda") is None]
     assert len(cases) == 4 and {c.group for c in cases} == {"decode"}
     rows = [run_case(c, backend, "flaggems", "cuda") for c in cases]

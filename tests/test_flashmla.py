@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from harness.backends.flashmla import FlashMLABackend, find_api
-from harness.cases import load_suite
-from harness.runner import run_case
+from harness.planning.cases import load_suite
+from harness.running.runner import run_case
 
 api, import_errors = find_api()
 needs_kernel = pytest.mark.skipif(

@@ -11,17 +11,17 @@ import dataclasses
 import pytest
 import torch
 
-from harness.backend_loader import load_backend
 from harness.backends.flashmla import FlashMLABackend
 from harness.backends.flashmla_graph import FlashMLAGraphSession
 from harness.backends.flashmla_profiles import PROFILES, GrownScratch, draft_extend_k_lens
-from harness.cases import Case
+from harness.building.inputs import generate
+from harness.building.pool import pages_for
 from harness.cli import main
 from harness.errors import InputError
-from harness.inputs import generate
-from harness.oracle import expected
-from harness.pool import pages_for
-from harness.results import read_rows
+from harness.judging.oracle import expected
+from harness.planning.cases import Case
+from harness.recording.results import read_rows
+from harness.running.backend_loader import load_backend
 
 P = 64
 
@@ -142,7 +142,7 @@ def _flashmla_here() -> str | None:
 
 @pytest.mark.skipif(_flashmla_here() is not None, reason=f"needs a CUDA device and FlashMLA: {_flashmla_here()}")
 def test_on_the_gpu_stale_tails_from_a_larger_case_change_nothing():
-    from harness.runner import run_case
+    from harness.running.runner import run_case
     backend = load_backend("flashmla@sglang-0.5.23")
     big = Case(id="t/big/0", seed=2, batch_size=16, heads=16, seqlen="uniform:1:2000", pool_pages=4000)
     small = Case(id="t/small/0", seed=3, batch_size=4, heads=16, seqlen="uniform:1:300")

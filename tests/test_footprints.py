@@ -3,10 +3,10 @@ hold each one to what that code allocates for a case."""
 
 import pytest
 
-from harness import inputs
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import Case, case_seed
-from harness.integrity import HASH_ROW_BYTES, witness_bytes
+from harness.building import inputs
+from harness.judging.integrity import HASH_ROW_BYTES, witness_bytes
+from harness.planning.cases import Case, case_seed
 from reference.batched import MAX_BLOCK_ELEMENTS, oracle_block_bytes
 
 

@@ -12,9 +12,18 @@ import torch
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from harness.cases import CASE_FIELDS, DTYPES, MODES, PADDINGS, Suite, parse_suite, scenario_names, validate_case
+from harness.building.pool import PADDING_VALUES, allocate, pages_for, validate_block_table, validate_req_to_token
 from harness.errors import InputError
-from harness.pool import PADDING_VALUES, allocate, pages_for, validate_block_table, validate_req_to_token
+from harness.planning.cases import (
+    CASE_FIELDS,
+    DTYPES,
+    MODES,
+    PADDINGS,
+    Suite,
+    parse_suite,
+    scenario_names,
+    validate_case,
+)
 
 PATH = Path("fuzz.toml")
 

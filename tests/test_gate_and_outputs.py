@@ -8,8 +8,8 @@ import stat
 import pytest
 from helpers import REPO, run_cli
 
-from harness.cases import load_suite
 from harness.commands import report_cmd
+from harness.planning.cases import load_suite
 
 ONE_CASE = load_suite("smoke").cases[0].id
 NOTHING_IN_COMMON = "no (case, backend) pair in common"

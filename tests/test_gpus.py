@@ -1,5 +1,5 @@
 """``run --gpus``: worker sets pinned one per GPU, a memory gate per GPU, a lost GPU's cases run again
-elsewhere (issue 30).  No GPU here: ``MLA_VERIFY_FAKE_GPUS`` makes ``harness.gpus`` report pretend ones,
+elsewhere (issue 30).  No GPU here: ``MLA_VERIFY_FAKE_GPUS`` makes ``harness.running.gpus`` report pretend ones,
 the workers are pinned to them by ``CUDA_VISIBLE_DEVICES`` all the same, and the kernels run on the CPU."""
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from fakes import FakeWorker
 from helpers import run_cli
 
-from harness import gpus, placement
 from harness.errors import InputError
-from harness.isolation import MemoryGate, hand_out
+from harness.running import gpus, placement
+from harness.running.isolation import MemoryGate, hand_out
 
 SMI = textwrap.dedent("""\
     GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)
@@ -266,9 +266,9 @@ def test_rows_are_the_same_on_any_number_of_gpus_placement_aside(tmp_path, fixed
     import torch
     from test_parallel_runs import TIMINGS, suite_cases
 
-    from harness.backend_loader import load_backend
-    from harness.results import ResultsWriter, read_rows
-    from harness.runner import run_cases
+    from harness.recording.results import ResultsWriter, read_rows
+    from harness.running.backend_loader import load_backend
+    from harness.running.runner import run_cases
 
     cases = suite_cases(tmp_path, 4)
     threads = torch.get_num_threads()

@@ -24,9 +24,9 @@ from harness.backends.csr_graph import (
 from harness.backends.flashinfer_graph import FlashInferGraphSession, fast_plan, host_plan_arrays
 from harness.backends.sglang_triton import SGLangTritonBackend
 from harness.backends.triton_graph import TritonGraphSession, active_splits, merged_lse
-from harness.cases import Case, case_seed, load_suite
+from harness.building.inputs import KVStore, cache_seqlens_for, draw_normal
 from harness.errors import InputError
-from harness.inputs import KVStore, cache_seqlens_for, draw_normal
+from harness.planning.cases import Case, case_seed, load_suite
 
 P = 64
 
@@ -333,7 +333,7 @@ def _gpu_backend(name):
 def test_graph_suite_runs_on_the_gpu(name):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (CUDA-graph capture); none here")
-    from harness.runner import run_case
+    from harness.running.runner import run_case
     backend = _gpu_backend(name)
     if not backend.available():
         pytest.skip(f"{name}: {backend.availability()}")

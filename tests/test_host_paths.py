@@ -12,14 +12,15 @@ import io
 import pytest
 import torch
 
-from harness import cli, gpu_memory, phases, worker_pool
-from harness.cases import Case
+from harness import cli
+from harness.building.inputs import generate, host_copy, write_slots
+from harness.building.pool import allocate
+from harness.building.transfer import to_device
 from harness.commands import run_cmd
-from harness.inputs import generate, host_copy, write_slots
-from harness.pool import allocate
-from harness.runner import RunSummary
-from harness.summary import memcheck_command, print_summary
-from harness.transfer import to_device
+from harness.planning.cases import Case
+from harness.recording.summary import memcheck_command, print_summary
+from harness.running import gpu_memory, phases, worker_pool
+from harness.running.runner import RunSummary
 from reference import mla_attention_batched
 
 
@@ -238,7 +239,7 @@ def test_a_crash_on_an_illegal_access_names_the_memcheck_rerun():
 def test_a_store_filled_in_one_copy_matches_the_engines_writes_one_step_at_a_time(dtype):
     """``generate`` sends the layout, the writes and the lengths in one copy (``KVStore(filled=True)``);
     the pools, table and lengths are those of a store written by ``write_up_to`` as the graph scenario does."""
-    from harness.inputs import KVStore, cache_seqlens_for, draw_seq_lens
+    from harness.building.inputs import KVStore, cache_seqlens_for, draw_seq_lens
     c = case(dtype=dtype, shared_prefix=32, seqlen="uniform:40:150")
     cache = cache_seqlens_for(c, draw_seq_lens(c))
     tokens = torch.randn(sum(cache), c.kv_heads, c.d_qk, generator=torch.Generator().manual_seed(3)).bfloat16()
@@ -260,7 +261,7 @@ def test_a_store_filled_in_one_copy_matches_the_engines_writes_one_step_at_a_tim
 
 def test_a_case_whose_requests_are_all_empty_builds_an_all_poison_pool():
     """No token to write (every request has length 0): the scatter moves nothing and the pool stays NaN."""
-    from harness.cases import load_suite
+    from harness.planning.cases import load_suite
     empty = [c for c in load_suite("edge").cases if c.group == "all-empty"]
     assert empty
     for case in empty:
@@ -269,7 +270,7 @@ def test_a_case_whose_requests_are_all_empty_builds_an_all_poison_pool():
 
 
 def test_the_wide_scatter_writes_the_same_bits_as_a_token_by_token_one():
-    from harness.inputs import write_kv
+    from harness.building.inputs import write_kv
     gen = torch.Generator().manual_seed(3)
     for dtype, h_kv, d in ((torch.bfloat16, 1, 576), (torch.float8_e4m3fn, 3, 40), (torch.float16, 2, 7)):
         pool = torch.full((6, 4, h_kv, d), float("nan")).to(dtype)

@@ -1,6 +1,6 @@
 """Input integrity: a kernel that writes into what it was given, or beside it, fails ``inputs.unchanged``.
 
-The witness (``harness/integrity.py``) is tested on its own (every field, the copy and the hashed paths,
+The witness (``harness/judging/integrity.py``) is tested on its own (every field, the copy and the hashed paths,
 the guard regions), then through the CLI with plug-ins that compute the right answer and then write
 where they must not, as a user's kernel would.
 """
@@ -16,9 +16,9 @@ import pytest
 import torch
 from helpers import run_cli
 
-from harness import block_hash, integrity
-from harness.cases import Case
-from harness.inputs import generate, output_buffer
+from harness.building.inputs import generate, output_buffer
+from harness.judging import block_hash, integrity
+from harness.planning.cases import Case
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -15,8 +15,8 @@ import time
 import pytest
 from helpers import REPO
 
-from harness import worker_pool
-from harness.status import EXIT_INTERRUPTED
+from harness.recording.status import EXIT_INTERRUPTED
+from harness.running import worker_pool
 
 SLOW = textwrap.dedent('''
     import time

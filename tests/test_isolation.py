@@ -3,9 +3,9 @@
 import json
 import textwrap
 
-from harness import phases
 from harness.backends.torch_backend import TorchBackend
 from harness.cli import main
+from harness.running import phases
 
 SUITE = textwrap.dedent('''
     [suite]
@@ -80,10 +80,10 @@ def test_resume_skips_recorded_cases_and_fills_in_the_rest(tmp_path, capsys):
 
 def test_a_finished_worker_is_reaped_after_the_run_not_waited_for_in_it(tmp_path):
     """A worker's exit is not waited for inside ``run_isolated`` (``Worker.retire``); ``reap`` waits for it."""
-    from harness import isolation
-    from harness.cases import load_suite
-    from harness.chunk import run_chunk
-    from harness.worker_pool import WorkerPool
+    from harness.planning.cases import load_suite
+    from harness.running import isolation
+    from harness.running.chunk import run_chunk
+    from harness.running.worker_pool import WorkerPool
     cases = load_suite("smoke").cases[:2]
     rows = []
     with WorkerPool() as pool:
@@ -98,7 +98,7 @@ def test_a_finished_worker_is_reaped_after_the_run_not_waited_for_in_it(tmp_path
 def test_a_gpu_worker_gets_one_thread_and_a_cpu_worker_the_parents_count():
     import torch
 
-    from harness.worker_process import worker_job
+    from harness.running.worker_process import worker_job
     assert worker_job("torch", "cuda", None)[2] == 1
     assert worker_job("torch", "cpu", None)[2] == torch.get_num_threads()
 
@@ -107,7 +107,7 @@ def test_only_as_many_spares_as_the_run_uses_are_told_to_load(monkeypatch):
     """A spare told its job loads the backend and makes a CUDA context: one the run will not use must not."""
     from types import SimpleNamespace
 
-    from harness.worker_pool import Spare, WorkerPool
+    from harness.running.worker_pool import Spare, WorkerPool
     sent = []
     spares = [Spare(SimpleNamespace(is_alive=lambda: True), SimpleNamespace(send=sent.append), None)
               for _ in range(4)]
@@ -139,7 +139,7 @@ class _LosesDevice(TorchBackend):
 
 
 def _iso_cases(tmp_path):
-    from harness.cases import load_suite
+    from harness.planning.cases import load_suite
     suite = tmp_path / "iso.toml"
     suite.write_text(SUITE)
     return load_suite(str(suite)).cases          # iso/g/1 has 5 heads
@@ -150,7 +150,7 @@ def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path,
     any case's: the chunk names none.  Alone (or with nobody to run them again) a case waits, and is named."""
     import pytest
 
-    from harness.chunk import ContextLost, run_chunk
+    from harness.running.chunk import ContextLost, run_chunk
     from harness.scenarios import _common
     waited = []
     monkeypatch.setattr(_common, "settle", lambda device, waits: waited.append(waits))
@@ -171,7 +171,7 @@ def test_a_lost_device_in_a_chunk_of_several_is_not_placed_alone_it_is(tmp_path,
 
 def _loses_device_in_case_1(cases, backend, backend_spec, device, on_start=None, context_lost=None):
     """``run_chunk`` as a worker runs it, but case iso/g/1 loses the device, as ``run_chunk`` reports it."""
-    from harness.chunk import ContextLost, run_chunk
+    from harness.running.chunk import ContextLost, run_chunk
     for case in cases:
         if case.id == "iso/g/1":
             row = run_chunk([case], backend, backend_spec, device)[0]
@@ -182,9 +182,9 @@ def _loses_device_in_case_1(cases, backend, backend_spec, device, on_start=None,
 def test_a_chunk_that_lost_its_device_runs_again_case_by_case(tmp_path):
     """No case of the chunk is charged; each runs again alone, and only the one that loses the device
     alone is recorded as a crash.  Every case gets exactly one row."""
-    from harness import isolation
-    from harness.outcome import Outcome, result_row
-    from harness.status import Status
+    from harness.recording.outcome import Outcome, result_row
+    from harness.recording.status import Status
+    from harness.running import isolation
     cases = _iso_cases(tmp_path)
     rows = []
 
@@ -222,9 +222,9 @@ def test_a_worker_reports_its_cache_with_its_rows_and_empties_it_when_told():
     import signal
     from types import SimpleNamespace
 
-    from harness import worker_process
-    from harness.cases import load_suite
-    from harness.chunk import run_chunk
+    from harness.planning.cases import load_suite
+    from harness.running import worker_process
+    from harness.running.chunk import run_chunk
     cases = load_suite("smoke").cases[:1]
     parent, child = mp.Pipe()
     for message in (worker_process.worker_job("torch", "cpu", run_chunk), cases, worker_process.EMPTY_CACHE, None):

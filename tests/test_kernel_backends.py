@@ -15,13 +15,13 @@ import pytest
 import torch
 from helpers import run_cli
 
-from harness.backend_loader import load_backend
 from harness.backends import BUILTIN
 from harness.backends.base import Backend, Capabilities, Unsupported
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import Case, case_seed
-from harness.inputs import generate
-from harness.runner import run_case
+from harness.building.inputs import generate
+from harness.planning.cases import Case, case_seed
+from harness.running.backend_loader import load_backend
+from harness.running.runner import run_case
 
 NEW = ("flashinfer-fa3", "flashinfer-fa2", "sglang-triton", "sglang-verify-mla", "flaggems")
 GPU_ONLY = ("flashinfer-fa3", "flashinfer-fa2", "flaggems")

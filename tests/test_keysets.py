@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.backend_loader import load_backend
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import Case
+from harness.building.inputs import Inputs, generate
 from harness.errors import InputError
-from harness.inputs import Inputs, generate
-from harness.oracle import expected
+from harness.judging.oracle import expected
+from harness.planning.cases import Case
+from harness.recording.status import Status
+from harness.running.backend_loader import load_backend
 from harness.scenarios import _common
-from harness.status import Status
 from reference import Problem, key_set_attention_loop, keysets, mla_attention_many
 from reference.sparse import sparse_attention
 

@@ -12,7 +12,7 @@ from harness.cli import _command_names
 @pytest.mark.parametrize("name", _command_names())
 def test_building_a_commands_parser_imports_no_torch(name):
     code = ("import sys\nfrom harness import cli\ncli.build_parser(sys.argv[1])\n"
-            "print(sorted(m for m in ('torch', 'harness.cases', 'harness.mutants') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'harness.planning.cases', 'harness.mutants') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[]"], f"building {name}'s parser imported {result.stdout.strip()}"
@@ -20,6 +20,6 @@ def test_building_a_commands_parser_imports_no_torch(name):
 
 def test_the_check_sees_a_heavy_import():
     """The same probe, on a module that does import torch, finds it (so the test above can fail)."""
-    code = "import sys\nimport harness.cases\nprint('torch' in sys.modules)"
+    code = "import sys\nimport harness.planning.cases\nprint('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["True"], result.stderr

@@ -6,8 +6,8 @@ import re
 from helpers import REPO
 
 from harness.cli import main
+from harness.recording.results import read_rows
 from harness.report.matrix import spread
-from harness.results import read_rows
 
 OFFBYONE = str(REPO / "examples/offbyone_verify.py") + ":OffByOneVerify"
 

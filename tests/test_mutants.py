@@ -9,14 +9,14 @@ import json
 import pytest
 import torch
 
-from harness.backend_loader import load_backend
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import load_suite
+from harness.building.inputs import generate
 from harness.cli import main
 from harness.errors import InputError
-from harness.inputs import generate
 from harness.mutants import MUTANTS, names
 from harness.mutants.sparse import SPARSE_MUTANTS
+from harness.planning.cases import load_suite
+from harness.running.backend_loader import load_backend
 from harness.scenarios import _common as steps
 from harness.selfcheck import killing_checks, run_selfcheck
 
@@ -178,7 +178,7 @@ def test_selfcheck_markdown_lists_every_chosen_mutant(tiny_suite, capsys):
 
 
 def test_every_mutant_names_checks_the_table_defines():
-    from harness.checks import known
+    from harness.judging.checks import known
     from harness.mutants import MUTANTS
     for name, factory in MUTANTS.items():
         caught_by = factory().caught_by

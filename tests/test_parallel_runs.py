@@ -14,11 +14,11 @@ import pytest
 import torch
 from fakes import FakeWorker
 
-from harness.backend_loader import load_backend
-from harness.cases import parse_suite
-from harness.inputs import cache_seqlens_for, draw_seq_lens
-from harness.results import ResultsWriter, read_rows
-from harness.runner import run_cases
+from harness.building.inputs import cache_seqlens_for, draw_seq_lens
+from harness.planning.cases import parse_suite
+from harness.recording.results import ResultsWriter, read_rows
+from harness.running.backend_loader import load_backend
+from harness.running.runner import run_cases
 
 SUITE = """
 [suite]
@@ -85,7 +85,7 @@ def test_rows_do_not_depend_on_chunks_workers_or_order(tmp_path, spec, seed, one
 
 
 def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_what_others_hold():
-    from harness.isolation import MemoryGate
+    from harness.running.isolation import MemoryGate
     gate = MemoryGate(cost=lambda case: case, budget=10)
     assert gate.pick([9, 1], others=2, alone=True) == 0      # alone, anything starts (its own fit was prechecked)
     assert gate.pick([9, 1], others=2) == 1                  # 9 waits; the small one behind it goes
@@ -96,7 +96,7 @@ def test_memory_gate_holds_back_a_case_that_does_not_fit_beside_what_others_hold
 
 
 def test_kept_caches_count_and_are_emptied_only_when_a_chunk_does_not_fit():
-    from harness.isolation import MemoryGate, hand_out
+    from harness.running.isolation import MemoryGate, hand_out
     gate = MemoryGate(cost=sum, budget=10)
     # room for both: each worker keeps its cache
     busy, idle = FakeWorker(cache=1, chunk=[3], holds=3), FakeWorker(cache=2)

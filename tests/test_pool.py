@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from harness.backends import Backend
-from harness.cases import Case
-from harness.errors import InputError
-from harness.inputs import generate
-from harness.pool import (
+from harness.building.inputs import generate
+from harness.building.pool import (
     PADDING_VALUES,
     PageLayout,
     allocate,
@@ -18,6 +16,8 @@ from harness.pool import (
     validate_block_table,
     validate_req_to_token,
 )
+from harness.errors import InputError
+from harness.planning.cases import Case
 from harness.scenarios import _common as steps
 
 P = 64
@@ -214,7 +214,7 @@ def test_req_to_token_slot_past_the_pool_is_refused():
 
 def test_req_to_token_negative_slot_is_refused():
     # A whole page at slots -64..-1 is page-aligned and consecutive but lies outside the pool.
-    # BUG (fixed in harness/pool_gates.py, validate_req_to_token): the range check only looked at
+    # BUG (fixed in harness/building/pool_gates.py, validate_req_to_token): the range check only looked at
     # slot // P >= num_pages, so negative slots passed.
     lay = fresh()
     row = lay.req_pool_indices[2]
@@ -224,7 +224,7 @@ def test_req_to_token_negative_slot_is_refused():
 
 
 def test_req_pool_index_outside_req_to_token_and_negative_len_are_refused():
-    # BUG (fixed in harness/pool_gates.py, validate_req_to_token): these raised IndexError/RuntimeError.
+    # BUG (fixed in harness/building/pool_gates.py, validate_req_to_token): these raised IndexError/RuntimeError.
     lay = fresh()
     lay.req_pool_indices = lay.req_pool_indices.clone()
     lay.req_pool_indices[0] = lay.req_to_token.shape[0]
@@ -237,7 +237,7 @@ def test_req_pool_index_outside_req_to_token_and_negative_len_are_refused():
 
 
 def test_req_to_token_too_few_columns_is_refused():
-    # BUG (fixed in harness/pool_gates.py, validate_req_to_token): a req_to_token narrower than a
+    # BUG (fixed in harness/building/pool_gates.py, validate_req_to_token): a req_to_token narrower than a
     # request's seq len raised IndexError (a traceback) instead of an InputError.
     lay = fresh()
     lay.req_to_token = lay.req_to_token[:, :100].clone()

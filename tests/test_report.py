@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.backend_loader import load_backend
-from harness.cases import load_suite, select
 from harness.cli import main as cli
+from harness.planning.cases import load_suite, select
+from harness.recording.results import ResultsWriter, read_rows
 from harness.report import write_report
 from harness.report.page import PAGE
-from harness.results import ResultsWriter, read_rows
-from harness.runner import run_cases
+from harness.running.backend_loader import load_backend
+from harness.running.runner import run_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from harness.cli import main as cli
+from harness.recording.summary import time_line
 from harness.report import write_report
 from harness.report.rows import gpu_model
-from harness.runner import RunSummary
-from harness.summary import time_line
+from harness.running.runner import RunSummary
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 KERNEL = "kern"

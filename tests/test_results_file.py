@@ -7,9 +7,9 @@ matrix, tests/test_bad_input.py; these are the runs that go on.
 import json
 import textwrap
 
-from harness.cases import load_suite
 from harness.cli import main
-from harness.results import read_rows
+from harness.planning.cases import load_suite
+from harness.recording.results import read_rows
 
 SMOKE_IDS = sorted(c.id for c in load_suite("smoke").cases)
 

@@ -14,9 +14,9 @@ import tomllib
 from helpers import REPO
 
 from harness import environment
-from harness.cases import load_suite
 from harness.cli import main
-from harness.results import case_hash, read_rows, why_run_again
+from harness.planning.cases import load_suite
+from harness.recording.results import case_hash, read_rows, why_run_again
 
 CASE = "smoke/decode-bf16/0"
 

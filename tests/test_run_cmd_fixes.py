@@ -7,7 +7,7 @@ import pytest
 
 from harness.cli import main
 from harness.commands.run_cmd import is_real_kernel
-from harness.results import read_rows
+from harness.recording.results import read_rows
 
 PLUGIN = """
 import dataclasses

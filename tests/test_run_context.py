@@ -4,11 +4,11 @@ import textwrap
 
 from harness import environment
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import load_suite
-from harness.chunk import run_chunk
-from harness.outcome import Outcome, context_lost_row, result_row
+from harness.planning.cases import load_suite
+from harness.recording.outcome import Outcome, context_lost_row, result_row
+from harness.recording.status import Status
+from harness.running.chunk import run_chunk
 from harness.scenarios import _common
-from harness.status import Status
 
 SUITE = textwrap.dedent('''
     [suite]

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import inputs as inputs_mod
-from harness import resources, runner
-from harness.backend_loader import load_backend
-from harness.cases import Case, load_suite, parse_suite
+from harness.building import inputs as inputs_mod
+from harness.building.inputs import generate, pinned_pages_for, shared_pages_for
+from harness.building.pool import PageLayout, allocate, boundary_pages, validate_block_table, validate_req_to_token
 from harness.errors import InputError
-from harness.inputs import generate, pinned_pages_for, shared_pages_for
-from harness.pool import PageLayout, allocate, boundary_pages, validate_block_table, validate_req_to_token
+from harness.planning.cases import Case, load_suite, parse_suite
+from harness.running import resources, runner
+from harness.running.backend_loader import load_backend
 from reference import mla_attention_batched, mla_attention_loop
 
 DEEPSEEK_PAGE = 64 * 576          # elements in one page of DeepSeek's cache (h_kv 1)
@@ -204,7 +204,7 @@ def test_estimated_view_bytes_are_what_the_widened_verify_view_allocates():
     """SGLang's Triton kernels meet fp8 verify drafts at model precision, so their oracle reads a widened
     float64 view of the pages in use (``conventions``): on the H200 it was most of a batch of 512's memory."""
     from harness.backends.base import Capabilities
-    from harness.conventions import kernel_view
+    from harness.judging.conventions import kernel_view
     case = dataclasses.replace(standin("scale-standins/prefix/1"), mode="verify", draft_tokens=3, dtype="fp8_e4m3")
     cast = Capabilities(fp8_q="cast_in_kernel")
     view = kernel_view(generate(case), cast)

@@ -10,9 +10,9 @@ from helpers import run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import shards
-from harness.cases import load_suite
 from harness.errors import InputError
+from harness.planning.cases import load_suite
+from harness.running import shards
 
 
 @dataclass(frozen=True)

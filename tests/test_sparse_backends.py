@@ -9,12 +9,12 @@ import torch
 
 from harness.backends.flashmla_sparse import FlashMLASparseBackend
 from harness.backends.sparse_prefill import FlagGemsSparseBackend, FlashMLASparsePrefillBackend, bf16_kv
-from harness.cases import Case, validate_case
-from harness.compare import check_tensor
-from harness.sparse_cache import dequantize, read_records
-from harness.sparse_inputs import build
-from harness.sparse_oracle import expected
-from harness.tolerances import TOLERANCES
+from harness.building.sparse_cache import dequantize, read_records
+from harness.building.sparse_inputs import build
+from harness.judging.compare import check_tensor
+from harness.judging.sparse_oracle import expected
+from harness.judging.tolerances import TOLERANCES
+from harness.planning.cases import Case, validate_case
 from reference.sparse import sparse_attention
 
 
@@ -55,7 +55,7 @@ class FakeFlashMLA:
         assert h in (64, 128) and block_table.shape == (n, 0) and num_splits is None
         assert sched.tile_scheduler_metadata is not None and not causal and is_fp8_kvcache and use_legacy
         assert attn_sink is None or attn_sink.shape == (h,)
-        from harness.sparse_cache import FORMATS
+        from harness.building.sparse_cache import FORMATS
         pool = k_cache.view(k_cache.shape[0], -1)
         slots = torch.arange(pool.shape[0] * k_cache.shape[1])
         keys = dequantize(read_records(pool, slots, FORMATS["v32"], k_cache.shape[1]), FORMATS["v32"], "bf16_product")

@@ -7,10 +7,10 @@ from helpers import run_cli
 from harness.bench import ceilings, counting
 from harness.bench.runner import BenchOptions, run_bench
 from harness.bench.sparse import SCOPE
-from harness.cases import load_suite
+from harness.building.sparse_inputs import build
 from harness.mutants.sparse import SinkIgnored
-from harness.results import read_rows
-from harness.sparse_inputs import build
+from harness.planning.cases import load_suite
+from harness.recording.results import read_rows
 
 FAKE = ceilings.Ceilings("cpu", 1e11, 1e12, "test", "now", torch.__version__)
 
@@ -41,7 +41,7 @@ def test_v4_records_count_upstreams_576_bytes():
 
 @pytest.mark.parametrize("backend, timed", [("torch", True), ("sink_ignored", False)])
 def test_a_sparse_case_is_verified_then_timed(backend, timed):
-    from harness.backend_loader import load_backend
+    from harness.running.backend_loader import load_backend
     impl = SinkIgnored() if backend == "sink_ignored" else load_backend("torch")
     case = _case("sparse/sinks/0")
     rows = run_bench([case], [(backend, impl)], "cpu", FAKE, BenchOptions(iters=2, warmup=0), lambda r: None)

@@ -1,4 +1,4 @@
-"""The sparse cache records (harness/sparse_cache.py): byte layout read by hand, round trips, and
+"""The sparse cache records (harness/building/sparse_cache.py): byte layout read by hand, round trips, and
 the readers against the writers' input within the format's quantization."""
 
 import math
@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from harness.sparse_cache import (
+from harness.building.sparse_cache import (
     FORMATS,
     POISON_BYTE,
     dequantize,

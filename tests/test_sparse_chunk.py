@@ -8,8 +8,8 @@ import torch
 
 from harness import scenarios
 from harness.backends import TorchBackend
-from harness.cases import load_suite
-from harness.chunk import run_chunk
+from harness.planning.cases import load_suite
+from harness.running.chunk import run_chunk
 from harness.scenarios import sparse as scenario
 
 TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms", "env")

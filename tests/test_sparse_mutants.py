@@ -3,10 +3,10 @@ it declares; the clean torch backend passes it (tests/test_sparse_scenario.py)."
 
 import pytest
 
-from harness.cases import load_suite
 from harness.mutants.sparse import SPARSE_MUTANTS
+from harness.planning.cases import load_suite
+from harness.recording.status import Status
 from harness.scenarios import run
-from harness.status import Status
 
 
 @pytest.fixture(scope="module")

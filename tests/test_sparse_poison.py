@@ -5,9 +5,9 @@ record holds its token."""
 import pytest
 import torch
 
-from harness.cases import load_suite
-from harness.sparse_cache import read_records
-from harness.sparse_inputs import build
+from harness.building.sparse_cache import read_records
+from harness.building.sparse_inputs import build
+from harness.planning.cases import load_suite
 
 
 def _all_nan(t: torch.Tensor) -> torch.Tensor:

@@ -4,9 +4,9 @@ two builds of ``sparse/radix-prefix/0`` in one process gave two pools)."""
 
 import torch
 
-from harness.case_lengths import cache_seqlens_for, draw_seq_lens, shared_pages_for
-from harness.cases import load_suite
-from harness.sparse_inputs import build
+from harness.building.sparse_inputs import build
+from harness.planning.case_lengths import cache_seqlens_for, draw_seq_lens, shared_pages_for
+from harness.planning.cases import load_suite
 
 
 def _radix_cases():
@@ -16,7 +16,7 @@ def _radix_cases():
 
 
 def test_build_writes_every_slot_of_a_shared_prefix_once(monkeypatch):
-    from harness import sparse_inputs
+    from harness.building import sparse_inputs
     written = []
     real = sparse_inputs.write_records
     monkeypatch.setattr(sparse_inputs, "write_records",

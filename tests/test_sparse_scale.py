@@ -1,10 +1,10 @@
 """sparse-scale: serving-size sparse cases; one too large for the machine is unsupported with the numbers."""
 
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import load_suite
-from harness.runner import run_case
-from harness.sparse_inputs import estimated_bytes
-from harness.status import Status
+from harness.building.sparse_inputs import estimated_bytes
+from harness.planning.cases import load_suite
+from harness.recording.status import Status
+from harness.running.runner import run_case
 
 
 def test_the_suite_covers_the_issues_scale():
@@ -22,11 +22,11 @@ def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything
     case = next(c for c in load_suite("sparse").cases if c.id == "sparse/corners/0")
     need = estimated_bytes(case)
     assert need["total"] == sum(v for k, v in need.items() if k != "total") > 0
-    monkeypatch.setattr("harness.resources.available_bytes", lambda device: (need["total"], "a test's"))
+    monkeypatch.setattr("harness.running.resources.available_bytes", lambda device: (need["total"], "a test's"))
     row = run_case(case, TorchBackend(), "torch", "cpu")      # half of it is the CPU budget: too large
     assert row["status"] == Status.UNSUPPORTED.value
     assert "too large for this machine" in row["reason"] and "draws" in row["reason"]
-    monkeypatch.setattr("harness.resources.available_bytes", lambda device: (4 * need["total"], "a test's"))
+    monkeypatch.setattr("harness.running.resources.available_bytes", lambda device: (4 * need["total"], "a test's"))
     assert run_case(case, TorchBackend(), "torch", "cpu")["status"] == Status.PASS.value
 
 

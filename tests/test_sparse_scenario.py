@@ -9,15 +9,15 @@ import torch
 from harness.backends import TorchBackend
 from harness.backends.flashmla_sparse import FlashMLASparseBackend
 from harness.backends.reference_backend import ReferenceBackend
-from harness.cases import Case, load_suite, validate_case
+from harness.building.inputs import draw_seq_lens
+from harness.building.sparse_inputs import build, validate_indices
 from harness.errors import InputError
-from harness.inputs import draw_seq_lens
-from harness.results import case_hash
-from harness.runner import run_case
+from harness.planning.cases import Case, load_suite, validate_case
+from harness.recording.results import case_hash
+from harness.recording.status import Status
+from harness.running.runner import run_case
 from harness.scenarios import run
 from harness.scenarios import sparse as scenario
-from harness.sparse_inputs import build, validate_indices
-from harness.status import Status
 
 
 def sparse_case(**kw) -> Case:
@@ -52,7 +52,7 @@ def test_a_window_lists_the_request_slots_of_its_last_positions():
     case = sparse_case(index_pattern="window", seqlen="list:100,40,250")
     built = build(case, "cpu")
     r2t = built.inputs.req_to_token
-    from harness.pool import allocate  # the layout again, from the same seed: slots as req_to_token lists them
+    from harness.building.pool import allocate  # the layout again, from the same seed: slots as req_to_token lists them
     layout = allocate([100, 40, 250], 64, case.extra_pages, torch.Generator().manual_seed(case.seed + 1))
     assert torch.equal(layout.req_to_token, r2t)
     for r, n in enumerate([100, 40, 250]):
@@ -187,7 +187,7 @@ def test_torch_sparse_matches_the_oracle_on_cuda():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sglang_and_vllm_verify_shapes_give_the_oracle_the_same_rows(seed):
-    from harness.sparse_oracle import expected
+    from harness.judging.sparse_oracle import expected
     flat = sparse_case(seed=seed, mode="verify", draft_tokens=3, sink="random", index_pattern="holes")
     grouped = dataclasses.replace(flat, verify_rows="per_request")
     a, b = build(flat, "cpu"), build(grouped, "cpu")

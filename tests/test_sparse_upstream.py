@@ -4,7 +4,7 @@ import importlib.util
 from collections import Counter
 from pathlib import Path
 
-from harness.cases import load_suite
+from harness.planning.cases import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def test_the_matrix_has_upstreams_counts():
 
 
 def _case(**kw):
-    from harness.cases import Case, validate_case
+    from harness.planning.cases import Case, validate_case
     fields = dict(id="sparse/t/0", seed=5, scenario="sparse", topk=64, heads=16, batch_size=4,
                   seqlen="list:0,30,64,500", index_pattern="batched")
     return validate_case(Case(**{**fields, **kw}), "test")
@@ -49,7 +49,7 @@ def _case(**kw):
 def test_batched_indices_are_distinct_positions_each_row_sees_and_reproducible():
     import torch
 
-    from harness.sparse_inputs import build
+    from harness.building.sparse_inputs import build
     case = _case(mode="verify", draft_tokens=2, verify_rows="per_request")
     first, again = build(case, "cpu"), build(case, "cpu")
     assert torch.equal(first.indices, again.indices)
@@ -65,8 +65,8 @@ def test_batched_indices_are_distinct_positions_each_row_sees_and_reproducible()
 
 
 def test_the_views_share_one_oracle_answer_only_where_their_keys_are_equal():
-    from harness.sparse_inputs import build
-    from harness.sparse_oracle import expected_views
+    from harness.building.sparse_inputs import build
+    from harness.judging.sparse_oracle import expected_views
     ue8m0 = expected_views(build(_case(kv_scales="ue8m0"), "cpu"), ("bf16_product", "exact"))
     assert ue8m0["exact"] is ue8m0["bf16_product"]
     # V4's ue8m0 scale bytes, with -1 tails (requests of 0 and 30 tokens, topk 64): the -1 entries' zeroed

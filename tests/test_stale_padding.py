@@ -7,9 +7,9 @@ import dataclasses
 import torch
 
 from harness.backends.torch_backend import TorchBackend
-from harness.cases import Case, case_seed, load_suite
-from harness.pool import STALE, allocate, build_block_table, validate_block_table
-from harness.runner import run_case
+from harness.building.pool import STALE, allocate, build_block_table, validate_block_table
+from harness.planning.cases import Case, case_seed, load_suite
+from harness.running.runner import run_case
 
 
 def layout(lengths, padding, seed=0):

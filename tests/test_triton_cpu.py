@@ -18,14 +18,14 @@ import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 
-from harness.backend_loader import load_backend  # noqa: E402
 from harness.backends.base import Unsupported  # noqa: E402
-from harness.cases import Case, case_seed  # noqa: E402
-from harness.compare import check_tensor  # noqa: E402
-from harness.inputs import generate  # noqa: E402
-from harness.oracle import expected  # noqa: E402
-from harness.runner import run_case  # noqa: E402
-from harness.tolerances import TOLERANCES  # noqa: E402
+from harness.building.inputs import generate  # noqa: E402
+from harness.judging.compare import check_tensor  # noqa: E402
+from harness.judging.oracle import expected  # noqa: E402
+from harness.judging.tolerances import TOLERANCES  # noqa: E402
+from harness.planning.cases import Case, case_seed  # noqa: E402
+from harness.running.backend_loader import load_backend  # noqa: E402
+from harness.running.runner import run_case  # noqa: E402
 
 _probe = load_backend("sglang-triton")
 _why = "a CUDA device is here: the interpreter lane is for CPU (the GPU lane runs the compiled kernels)" \

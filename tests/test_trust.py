@@ -16,11 +16,11 @@ import pytest
 import torch
 from helpers import REPO
 
-from harness import results
 from harness.cli import main
-from harness.results import read_rows
+from harness.recording import results
+from harness.recording.results import read_rows
+from harness.recording.status import EXIT_CODES, Status, verdict_of
 from harness.scenarios import _common as steps
-from harness.status import EXIT_CODES, Status, verdict_of
 
 OFFBYONE = str(REPO / "examples/offbyone_verify.py") + ":OffByOneVerify"
 

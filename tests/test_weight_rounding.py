@@ -1,11 +1,11 @@
-"""The error model's second look (harness/weight_rounding.py): an element over the flat bound passes only
+"""The error model's second look (harness/judging/weight_rounding.py): an element over the flat bound passes only
 within ``rtol·|e| + max(atol, 2^-8·sum p|v|)``, and the weighted magnitudes are the oracle's."""
 
 import torch
 
-from harness.compare import check_tensor
-from harness.tolerances import TOLERANCES
-from harness.weight_rounding import WEIGHT_ROUNDING, recheck
+from harness.judging.compare import check_tensor
+from harness.judging.tolerances import TOLERANCES
+from harness.judging.weight_rounding import WEIGHT_ROUNDING, recheck
 from reference.sparse import sparse_attention, weighted_value_magnitudes
 
 BOUND = TOLERANCES["bf16"].out

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import textwrap
 
-from harness.memory_gate import LOOKAHEAD, next_chunk
-from harness.worker import State, WorkerState
-from harness.worker_process import EMPTY_CACHE
+from harness.running.memory_gate import LOOKAHEAD, next_chunk
+from harness.running.worker import State, WorkerState
+from harness.running.worker_process import EMPTY_CACHE
 
 
 def test_the_memory_gate_admits_what_fits_beside_what_the_others_hold():
@@ -80,7 +80,7 @@ def test_run_starts_its_spares_before_it_imports_torch():
         import sys
         from harness import cli
         from harness.commands import run_cmd
-        from harness.worker_pool import WorkerPool
+        from harness.running.worker_pool import WorkerPool
         WorkerPool.start_spares = lambda self, count, **how: print("spares", count, "torch" in sys.modules)
         run_cmd.run = lambda args, pool, at_start: print("run", "torch" in sys.modules) or 0
         sys.exit(cli.main(["run", "--suite", "smoke", "--device", "cpu", "--workers", "1"]))
@@ -90,8 +90,8 @@ def test_run_starts_its_spares_before_it_imports_torch():
 
 def test_runs_chunk_default_is_the_chunk_modules(tmp_path, monkeypatch):
     """``run`` without ``--chunk`` hands the runner ``chunk.CHUNK_CASES``, read when it runs (parsing stays light)."""
-    from harness import chunk, runner
     from harness.cli import main, parse
+    from harness.running import chunk, runner
     assert parse(["run", "--suite", "smoke"]).chunk is None
     seen = []
     monkeypatch.setattr(chunk, "CHUNK_CASES", 5)

@@ -1,7 +1,7 @@
 """The built-in backends, and how ``auto`` chooses among the real kernels.
 
 Loading a backend from a ``--backend`` spec (plug-ins, mutants) is
-``harness/backend_loader.py``'s job, one layer up: the mutants build on the
+``harness/running/backend_loader.py``'s job, one layer up: the mutants build on the
 backends here.
 """
 

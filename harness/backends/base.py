@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cases import DTYPES, MODES, Case
 from ..errors import Unsupported  # noqa: F401  (backends raise it from here)
-from ..fixed_params import fixed_scale
+from ..planning.cases import DTYPES, MODES, Case
+from ..planning.fixed_params import fixed_scale
 
 
 @dataclass(frozen=True)

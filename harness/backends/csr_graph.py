@@ -21,8 +21,8 @@ both sessions share (buffers, capture, replay).  Subclasses fill their own buffe
 
 import torch
 
+from ..building.pool import token_index
 from ..errors import InputError
-from ..pool import token_index
 
 SEQ_LEN_FILL = 1     # FlashInferMLAAttnBackend / TritonAttnBackend.get_cuda_graph_seq_len_fill_value
 

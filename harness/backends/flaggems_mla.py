@@ -8,7 +8,7 @@ It takes FlashMLA-style inputs (page table, ``(pages, page_size, 1, 576)`` cache
 but has no softmax-scale argument: it computes ``sm_scale = 1 / math.sqrt(d)``
 with ``d`` from ``q.shape`` (flag_gems/fused/flash_mla.py, 5.0.2).  That is
 declared as data (``fixed_softmax_scale``): every case runs, at that scale, and
-the oracle computes at it (harness/conventions.py).  It has no LSE, no descale
+the oracle computes at it (harness/judging/conventions.py).  It has no LSE, no descale
 arguments (so no fp8), asserts ``causal``, and launches one program per request
 and head block, so only ``s_q = 1`` is computed (a verify of one draft token runs:
 its one row sees every key, as a decode row does); those stay ``unsupported``,

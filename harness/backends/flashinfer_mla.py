@@ -12,7 +12,7 @@ The call (flashinfer/mla/_batch_mla/_wrapper.py):
 - Verify is ``causal=True``, bottom-right aligned (query i of a request with L keys
   sees keys 0 .. L - s_q + i), like FlashMLA's.
 - fp8: the KV is e4m3/e5m2 with a per-tensor scale and q stays bf16 (not quantised):
-  ``Capabilities.fp8_q = "model_dtype"``; the oracle reads that (harness/conventions.py).
+  ``Capabilities.fp8_q = "model_dtype"``; the oracle reads that (harness/judging/conventions.py).
 - LSE is base 2 (``lse_mode="base2"``, FlashInfer's default); the harness converts.
   An empty row gives out 0 and LSE -inf.
 - A plan-time ``ValueError`` (a shape or dtype outside the backend's envelope) is

@@ -23,7 +23,7 @@ import importlib
 
 import torch
 
-from ..inputs import host_copy
+from ..building.inputs import host_copy
 from .base import Backend, Capabilities
 from .flashmla_profiles import DEFAULT, GrownScratch, profile_named
 from .optional import dist_version

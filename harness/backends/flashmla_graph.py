@@ -24,7 +24,7 @@ import torch
 
 from reference import descale_scalar, quantize_fp8
 
-from ..pool import pages_for
+from ..building.pool import pages_for
 
 
 class FlashMLAGraphSession:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..building.pool import pages_for
 from ..errors import InputError
-from ..pool import pages_for
 
 EAGER_TABLES = ("fresh", "grown_scratch")
 GRAPH_METADATA = ("copy_whole", "num_sms_views")

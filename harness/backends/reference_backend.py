@@ -1,6 +1,6 @@
 """The oracle itself as a backend: float64, no rounding.  A baseline, and a check of the harness."""
 
-from ..oracle import expected
+from ..judging.oracle import expected
 from .base import Backend, Capabilities
 
 

@@ -29,7 +29,7 @@ def token_slots(inputs, lengths: torch.Tensor):
     lengths = lengths.long().to(inputs.req_to_token.device)
     indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
     indptr[1:] = torch.cumsum(lengths, 0).to(torch.int32).to(device)
-    from ..pool import token_index
+    from ..building.pool import token_index
     request, t = token_index(lengths, inputs.req_to_token.device)
     rows = inputs.req_pool_indices.long().to(inputs.req_to_token.device)[request]
     indices = inputs.req_to_token[rows, t].long().to(device)

@@ -13,7 +13,7 @@
   latents passed as ``k_extend`` (``v_extend`` its first 512 values), read from
   the pool slots the drafts were written to; ``is_causal=True``, no custom mask.
 - fp8: the kernels are handed q in the model dtype and cast it themselves
-  (``Capabilities.fp8_q = "cast_in_kernel"``, see harness/conventions.py), with
+  (``Capabilities.fp8_q = "cast_in_kernel"``, see harness/judging/conventions.py), with
   ``k_scale = v_scale = layer.k_scale``; the drafts' ``k_extend`` is the
   model-precision ``k`` SGLang has in hand when it calls the kernel.
 

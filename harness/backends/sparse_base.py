@@ -8,7 +8,7 @@ that pads heads for its kernel, as SGLang does, slices them off again), and ``sp
 import math
 from dataclasses import dataclass
 
-from ..cases import Case
+from ..planning.cases import Case
 
 
 @dataclass(frozen=True)

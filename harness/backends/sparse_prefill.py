@@ -17,7 +17,7 @@ dequantizes it (``bf16(e4m3 * bf16(scale))``, ``sparse_cache.dequantize``), so t
 
 import torch
 
-from ..sparse_cache import dequantize, read_records
+from ..building.sparse_cache import dequantize, read_records
 from .base import Backend, Capabilities
 from .optional import LazyKernel, dist_version
 from .sparse_base import SparseCapabilities

@@ -13,7 +13,7 @@ import torch
 
 from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
-from ..pool import pages_for
+from ..building.pool import pages_for
 from .base import Backend
 from .torch_sparse import TorchSparse
 

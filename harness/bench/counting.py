@@ -59,7 +59,7 @@ def out_element_bytes(inputs, capabilities) -> int:
     """
     import torch
 
-    from ..inputs import TORCH_DTYPES
+    from ..building.inputs import TORCH_DTYPES
     name = getattr(capabilities, "out_dtype", None)
     if name in TORCH_DTYPES:
         return torch.empty((), dtype=TORCH_DTYPES[name]).element_size()

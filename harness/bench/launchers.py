@@ -22,8 +22,8 @@ A graph's output is compared with the verified eager output before it is timed.
 
 import torch
 
-from ..compare import check_tensor
-from ..pool import pages_for
+from ..building.pool import pages_for
+from ..judging.compare import check_tensor
 
 
 def kernel_launch(backend, inputs):

@@ -15,10 +15,10 @@ import torch
 
 from .. import scenarios
 from ..errors import InputError
-from ..outcome import Outcome, result_row
-from ..phases import PhaseClock, PhaseError
-from ..status import Status
-from ..tolerances import TOLERANCES
+from ..judging.tolerances import TOLERANCES
+from ..recording.outcome import Outcome, result_row
+from ..recording.status import Status
+from ..running.phases import PhaseClock, PhaseError
 from . import counting, crosscheck, launchers, timing
 from .sparse import bench_sparse
 

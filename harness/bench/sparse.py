@@ -7,10 +7,10 @@ padding and the kernel, as SGLang pays them each step); the row's ``kernel_scope
 
 import dataclasses
 
-from ..outcome import Outcome
+from ..building.sparse_inputs import build, output_buffer
+from ..recording.outcome import Outcome
+from ..recording.status import Status
 from ..scenarios import sparse as sparse_scenario
-from ..sparse_inputs import build, output_buffer
-from ..status import Status
 from . import counting, timing
 
 SCOPE = "the backend's whole run_sparse (metadata, head padding and kernel)"

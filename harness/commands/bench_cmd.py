@@ -5,8 +5,8 @@ import time
 from pathlib import Path
 
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
-from ..results import ResultsWriter
-from ..status import gates
+from ..recording.results import ResultsWriter
+from ..recording.status import gates
 from .run_cmd import device_asked, load_suites
 
 GPU_ITERS, CPU_ITERS = (50, 5), (5, 1)     # (timed iterations, warm-up) by device
@@ -36,7 +36,7 @@ def add_parser(sub):
 
 
 def select_cases(suites, spec: str | None):
-    from .. import cases as case_mod
+    from ..planning import cases as case_mod
     cases = case_mod.select(suites, None)
     if not spec:
         return cases
@@ -52,7 +52,7 @@ def select_cases(suites, spec: str | None):
 
 def load_backends(spec: str) -> list:
     """Each named backend that loads; one that does not is a printed line, not an abort (unless none load)."""
-    from ..backend_loader import load_backend
+    from ..running.backend_loader import load_backend
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise InputError("--backend: no backend given")

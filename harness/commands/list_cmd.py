@@ -16,7 +16,7 @@ def add_parser(sub):
 
 
 def main(args) -> int:
-    from .. import cases as case_mod
+    from ..planning import cases as case_mod
     if args.suite:
         suite = case_mod.load_suite(args.suite)
         print(f"{suite.name}: {len(suite.cases)} cases  {suite.description}")
@@ -37,8 +37,8 @@ def main(args) -> int:
 
 
 def _print_backends(only: str | None):
-    from ..backend_loader import load_backend
     from ..backends import BUILTIN
+    from ..running.backend_loader import load_backend
     print("backends:")
     for name in [only] if only else [*BUILTIN, "auto"]:
         try:

@@ -5,10 +5,10 @@ import time
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_OK, InputError
+from ..recording.results import check_output_path
+from ..recording.status import Status
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
-from ..results import check_output_path
-from ..status import Status
 
 
 def add_parser(sub):

@@ -5,12 +5,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gpu_memory, gpus, junit, placement, shards
-from ..circuit_breaker import MAX_TIMEOUTS, timeout_limit
 from ..errors import InputError
-from ..results import ResultsWriter, check_distinct_outputs, check_output_path
-from ..summary import print_summary
-from ..worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
+from ..recording import junit
+from ..recording.results import ResultsWriter, check_distinct_outputs, check_output_path
+from ..recording.summary import print_summary
+from ..running import gpu_memory, gpus, placement, shards
+from ..running.circuit_breaker import MAX_TIMEOUTS, timeout_limit
+from ..running.worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
 from .run_resume import kept_on_resume, previous_rows  # noqa: F401  (previous_rows: for tests and callers)
 from .run_start import MeasuredAtStart, start_spares
 
@@ -45,7 +46,7 @@ def add_parser(sub):
                    "balanced by their estimated size; every case is in exactly one of the N shards")
     p.add_argument("--chunk", type=int, default=None, metavar="N",
                    help="cases whose oracles run in one pass and are compared in one transfer (default "
-                        "harness.chunk.CHUNK_CASES); 1 runs each case alone.  The rows are the same either way")
+                        "harness.running.chunk.CHUNK_CASES); 1 runs each case alone.  The rows are the same either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--max-timeouts", type=timeout_limit, default=MAX_TIMEOUTS, metavar="N",
                    help=f"after N timeouts in a row on a backend, record its remaining cases as timeout without "
@@ -55,7 +56,7 @@ def add_parser(sub):
 
 
 def load_suites(spec: str):
-    from .. import cases as case_mod
+    from ..planning import cases as case_mod
     names = [s for s in spec.split(",") if s.strip()]
     if not names:
         raise InputError("--suite: no suite given")
@@ -99,13 +100,13 @@ def main(args) -> int:
 
 
 def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
-    from ..runner import RunSummary
+    from ..running.runner import RunSummary
     suites = load_suites(args.suite)
     cases, selected, shard = _cases(args, suites)
     device = device_asked(args.device)
     sets = worker_sets(args, device)
     if args.chunk is None:
-        from ..chunk import CHUNK_CASES
+        from ..running.chunk import CHUNK_CASES
         args.chunk = CHUNK_CASES
     if args.chunk < 1:
         raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
@@ -119,10 +120,10 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     memory, measuring_s = None, 0.0
     if args.workers:
         memory, measuring_s = _memory_before_the_spares_load(device, sets, at_start)
-        from ..chunk import run_chunk
-        from ..worker_process import worker_job
+        from ..running.chunk import run_chunk
+        from ..running.worker_process import worker_job
         pool.load_in_spare(worker_job(specs[0], device, run_chunk), args.workers * len(sets))
-    from ..backend_loader import load_backend
+    from ..running.backend_loader import load_backend
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
     row_extra = {"selection": auto_notes}
@@ -146,7 +147,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
 
 def _cases(args, suites):
     """The cases asked for, how many were selected before ``--shard``, and the shard (or None)."""
-    from .. import cases as case_mod
+    from ..planning import cases as case_mod
     shard = shards.parse(args.shard) if args.shard is not None else None
     cases = case_mod.select(suites, args.case)
     selected = len(cases)
@@ -160,7 +161,7 @@ def device_asked(asked: str | None) -> str:
     input (``run``, ``selfcheck`` and ``bench`` alike)."""
     import torch
 
-    from ..runner import default_device
+    from ..running.runner import default_device
     device = asked or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available here")
@@ -190,7 +191,7 @@ def _memory_before_the_spares_load(device: str, sets, at_start: MeasuredAtStart)
     whole = at_start.whole if device == "cuda" else None
     if whole is not None:
         return whole[:2], whole[2]
-    from .. import resources
+    from ..running import resources
     t0 = time.perf_counter()
     memory = resources.available_bytes(device)
     return memory, time.perf_counter() - t0
@@ -214,7 +215,7 @@ class _Run:
 
 def _run_backend(r: _Run, writer, spec: str, backend, memory):
     """One backend's cases, written to ``writer``; on resume, its rows kept from the file are not run again."""
-    from ..runner import run_cases
+    from ..running.runner import run_cases
     if memory is None and r.device == "cuda" and r.sets[0].pin is not None:
         r.pool.stop_spares()          # the last backend's workers gone, each GPU measured again
         measured = _per_gpu_memory(r.sets, r.at_start)

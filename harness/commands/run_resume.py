@@ -3,9 +3,9 @@
 import sys
 from collections import Counter
 
-from ..fixed_params import hashed_definition
-from ..results import case_hash, why_run_again
-from ..status import Status
+from ..planning.fixed_params import hashed_definition
+from ..recording.results import case_hash, why_run_again
+from ..recording.status import Status
 
 # Rows --resume keeps.  A crash, timeout, error or harness error may be transient (a killed
 # process, a full GPU), so those cases run again and their new row supersedes the old one.

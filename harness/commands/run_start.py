@@ -8,7 +8,7 @@ before its heavy imports.
 
 from dataclasses import dataclass
 
-from .. import gpu_memory, gpus, worker_pool
+from ..running import gpu_memory, gpus, worker_pool
 
 
 @dataclass

@@ -6,10 +6,11 @@ wait for ``main``.
 
 import sys
 
-from .. import checks, junit
 from ..errors import EXIT_FAILURES, EXIT_OK, InputError
-from ..results import ResultsWriter
-from ..status import Status, gates
+from ..judging import checks
+from ..recording import junit
+from ..recording.results import ResultsWriter
+from ..recording.status import Status, gates
 from .run_cmd import check_writable, device_asked, load_suites
 
 
@@ -84,7 +85,7 @@ def print_markdown(result, out=None):
 
 
 def main(args) -> int:
-    from .. import cases as case_mod
+    from ..planning import cases as case_mod
     from ..selfcheck import run_selfcheck
     names = _mutant_names(args.mutant)
     suites = load_suites(args.suite)

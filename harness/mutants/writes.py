@@ -1,7 +1,7 @@
 """Mutants that write where a kernel must not: into its inputs, or past its output.
 
 Each computes the right answer, so no comparison with the oracle can see it; only the input witness
-(``harness/integrity.py``) can.  In an engine each corrupts state that later steps read.
+(``harness/judging/integrity.py``) can.  In an engine each corrupts state that later steps read.
 """
 
 import torch

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..status import Status
+from ..recording.status import Status
 from . import gpu_models
 from .build import BAD, CHECKS
 

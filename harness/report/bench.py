@@ -8,7 +8,7 @@ achieved FLOP/s (log y), under the two measured ceilings: the copy bandwidth
 
 import math
 
-from ..checks import float_or_nan
+from ..judging.checks import float_or_nan
 from .text import esc
 
 PALETTE = ["#1f5fa8", "#d4580f", "#2f8a4a", "#7b1fa2", "#b28704", "#c62828", "#00838f", "#5d4037"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..checks import TENSOR_NAMES
-from ..status import GATING, STATUSES, Status, Verdict, verdict_of
+from ..judging.checks import TENSOR_NAMES
+from ..recording.status import GATING, STATUSES, Status, Verdict, verdict_of
 from . import findings as findings_mod
 from . import gpu_models, scoreboard
 from .rows import Loaded, load, sample

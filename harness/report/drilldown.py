@@ -8,9 +8,9 @@ of error over bound; the worst elements with their indices and values.
 
 import math
 
-from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
-from ..fixed_params import describe_fixed
-from ..status import Status
+from ..judging.checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
+from ..planning.fixed_params import describe_fixed
+from ..recording.status import Status
 from . import svg
 from .baseline import GROWTH_MARKS, describe_growth
 from .text import esc, ratio, sci

@@ -10,8 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
-from ..status import Status
+from ..judging.checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
+from ..recording.status import Status
 from .gpu_models import describe
 from .text import ratio
 

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from ..status import Status
+from ..recording.status import Status
 from .fold import fold
 from .text import esc, ratio
 

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ..tolerances import TOLERANCES
+from ..judging.tolerances import TOLERANCES
 from . import gpu_models
 from .fold import fold
 from .rows import sample

@@ -9,9 +9,9 @@ the worst ``TABLE_ROWS`` rows and lays out ``PAGE`` of them at a time.
 import math
 import time
 
-from ..checks import BY_TENSOR, TENSORS
-from ..status import Status
-from ..summary import verified_backends
+from ..judging.checks import BY_TENSOR, TENSORS
+from ..recording.status import Status
+from ..recording.summary import verified_backends
 from . import bench, drilldown, gpu_models, lead, matrix, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
@@ -29,7 +29,7 @@ STATUS_HELP = {
 
 
 def verdict(data: ReportData) -> str:
-    """The CLI's verdict on the same rows (harness.status.verdict_of)."""
+    """The CLI's verdict on the same rows (harness.recording.status.verdict_of)."""
     return data.verdict.name
 
 

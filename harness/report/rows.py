@@ -15,10 +15,10 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 
-from ..checks import TENSOR_NAMES, float_or_nan, over_bound
 from ..errors import InputError
-from ..fixed_params import describe_fixed
-from ..results import read_rows, row_problem
+from ..judging.checks import TENSOR_NAMES, float_or_nan, over_bound
+from ..planning.fixed_params import describe_fixed
+from ..recording.results import read_rows, row_problem
 
 
 def row_key(row: dict) -> tuple:

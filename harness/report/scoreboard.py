@@ -9,8 +9,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from ..checks import TENSORS
-from ..status import Status
+from ..judging.checks import TENSORS
+from ..recording.status import Status
 
 HARNESS_BACKENDS = ("torch", "reference")
 # worst |err|/bound of the gating checks (out, LSE; inf for a NaN/inf mismatch), as the findings quote it

@@ -4,10 +4,10 @@ Rows record ``shard`` ("K/N") and ``shard_of`` (the cases over all N shards).  `
 b.jsonl ...`` merges files; this names what a merge of shards lacks or holds twice: a shard of
 which no row arrived ("shard 2 of 4 absent"), one case and backend from two shards ("case X from
 shards 1/4 and 3/4"), and shards of different splits (1/4 beside 1/3).  With fewer cases than N
-only the first ``shard_of`` shards hold any (``harness.shards``), so only those are expected.
+only the first ``shard_of`` shards hold any (``harness.running.shards``), so only those are expected.
 """
 
-from ..shards import read_label
+from ..running.shards import read_label
 
 SHOWN = 5       # overlapping cases named one by one; the rest are counted
 

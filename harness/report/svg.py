@@ -6,7 +6,7 @@ one colour are drawn as one path, so a 128-head x 8-token map stays a few KB.
 
 import math
 
-from ..checks import float_or_nan
+from ..judging.checks import float_or_nan
 from .text import esc, ratio, short
 
 # log10(error / bound) bucket edges; the bound itself (0) splits the calm blues from the hot reds

@@ -13,8 +13,8 @@ launch and judging live in ``_common.py``.  Adding a scenario means adding one f
 import importlib
 import inspect
 
-from ..cases import scenario_names
-from ..outcome import Outcome
+from ..planning.cases import scenario_names
+from ..recording.outcome import Outcome
 from . import _common
 from ._common import Answer, build_inputs, judge, launch  # noqa: F401  (shared steps, for bench and tests)
 

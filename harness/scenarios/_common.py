@@ -9,17 +9,17 @@ import torch
 
 from reference import descale_scalar
 
-from .. import diagnostics, oracle
-from ..checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
-from ..compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
-from ..conventions import at_fixed_parameters, kernel_view
+from ..building.inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
+from ..building.pool import validate_block_table, validate_token_slots
 from ..errors import RejectedOutput
-from ..inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
-from ..integrity import Witness, changed_flags
-from ..outcome import Outcome
-from ..phases import KERNEL, KernelTime, phase, settle
-from ..pool import validate_block_table, validate_token_slots
-from ..tolerances import TOLERANCES, Tolerance
+from ..judging import diagnostics, oracle
+from ..judging.checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
+from ..judging.compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
+from ..judging.conventions import at_fixed_parameters, kernel_view
+from ..judging.integrity import Witness, changed_flags
+from ..judging.tolerances import TOLERANCES, Tolerance
+from ..recording.outcome import Outcome
+from ..running.phases import KERNEL, KernelTime, phase, settle
 from ._evidence import out_samples
 
 

@@ -3,7 +3,7 @@ comparisons between two answers with the first place they differ."""
 
 import torch
 
-from ..transfer import to_device
+from ..building.transfer import to_device
 
 SAMPLE_SIZE = 64
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import weight_rounding
-from ..checks import INPUTS_UNCHANGED, tensor_check
-from ..compare import Pair, check_tensors, describe_failure, expected_lse_for
-from ..integrity import Witness, changed_flags
-from ..outcome import Outcome
-from ..phases import KernelTime, phase
-from ..sparse_inputs import SparseCase
-from ..sparse_oracle import finish_views, start_views, weighted_value_magnitudes
-from ..tolerances import TOLERANCES
+from ..building.sparse_inputs import SparseCase
+from ..judging import weight_rounding
+from ..judging.checks import INPUTS_UNCHANGED, tensor_check
+from ..judging.compare import Pair, check_tensors, describe_failure, expected_lse_for
+from ..judging.integrity import Witness, changed_flags
+from ..judging.sparse_oracle import finish_views, start_views, weighted_value_magnitudes
+from ..judging.tolerances import TOLERANCES
+from ..recording.outcome import Outcome
+from ..running.phases import KernelTime, phase
 from ._common import lse_base_e
 
 OTHER_VIEW = {"exact": None, "bf16_product": "exact"}

@@ -2,10 +2,10 @@
 
 import dataclasses
 
-from ..checks import BATCH_INVARIANCE
-from ..compare import check_tensor, describe
-from ..pool import pages_for
-from ..tolerances import TOLERANCES
+from ..building.pool import pages_for
+from ..judging.checks import BATCH_INVARIANCE
+from ..judging.compare import check_tensor, describe
+from ..judging.tolerances import TOLERANCES
 from ._common import build_inputs, judge, launch
 from ._evidence import bitwise_equal
 

@@ -1,6 +1,6 @@
 """``determinism``: the same call twice must be bitwise equal."""
 
-from ..checks import DETERMINISM
+from ..judging.checks import DETERMINISM
 from ._common import build_inputs, judge, launch
 from ._evidence import bitwise_equal, first_difference
 

@@ -30,16 +30,22 @@ Checks, per step:
 
 import torch
 
-from .. import oracle
 from ..backends.csr_graph import check_token_stream
-from ..checks import GRAPH_ADDRESSES, GRAPH_REPLAY_VS_EAGER, GRAPH_VS_ENGINE_EAGER, INPUTS_UNCHANGED, tensor_check
-from ..compare import check_tensor, describe, describe_failure
-from ..conventions import kernel_view
-from ..inputs import KVStore, cache_seqlens_for, draw_normal, draw_seq_lens, model_dtype_of
-from ..outcome import Outcome
-from ..phases import phase
-from ..pool import pages_for, validate_block_table
-from ..tolerances import TOLERANCES
+from ..building.inputs import KVStore, cache_seqlens_for, draw_normal, draw_seq_lens, model_dtype_of
+from ..building.pool import pages_for, validate_block_table
+from ..judging import oracle
+from ..judging.checks import (
+    GRAPH_ADDRESSES,
+    GRAPH_REPLAY_VS_EAGER,
+    GRAPH_VS_ENGINE_EAGER,
+    INPUTS_UNCHANGED,
+    tensor_check,
+)
+from ..judging.compare import check_tensor, describe, describe_failure
+from ..judging.conventions import kernel_view
+from ..judging.tolerances import TOLERANCES
+from ..recording.outcome import Outcome
+from ..running.phases import phase
 from ._common import compare_with, launch
 from ._evidence import bitwise_equal, first_difference
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import torch
 
-from ..checks import PADDING
-from ..pool import PADDING_VALUES, build_block_table
+from ..building.pool import PADDING_VALUES, build_block_table
+from ..judging.checks import PADDING
 from ._common import build_inputs, judge, launch
 from ._evidence import bitwise_equal, first_difference
 

@@ -13,11 +13,12 @@ import sys
 
 import torch
 
-from harness import cases as case_mod
-from harness import chunk, oracle
-from harness.compare import Pair, check_tensors
-from harness.inputs import generate
-from harness.tolerances import TOLERANCES
+from harness.building.inputs import generate
+from harness.judging import oracle
+from harness.judging.compare import Pair, check_tensors
+from harness.judging.tolerances import TOLERANCES
+from harness.planning import cases as case_mod
+from harness.running import chunk
 
 
 def differing(a, b) -> int:

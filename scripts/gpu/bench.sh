@@ -27,7 +27,7 @@ cat "$OUT/gpu.txt"
 csv_from_rows() {   # a step cut short by its time limit has rows but no CSV yet
   [ -f "$1.jsonl" ] && [ ! -s "$1.csv" ] && python3 -c "import sys
 from harness.bench.output import write_csv
-from harness.results import read_rows
+from harness.recording.results import read_rows
 write_csv(read_rows(sys.argv[1] + '.jsonl'), sys.argv[1] + '.csv')" "$1"
 }
 

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from harness.inputs import FLOAT32_DRAW_IN_ONE
+from harness.building.inputs import FLOAT32_DRAW_IN_ONE
 
 # the last: as large as one piece gets (932,067 tokens of 576, just under 2^31 float32 bytes)
 SHAPES = [(1,), (3, 5), (1, 1, 1, 576), (64, 4, 128, 576), (262144, 1, 576), (1000, 3, 576), (20, 8, 576),

@@ -8,9 +8,9 @@ import pstats
 import sys
 import time
 
-from harness import cases as case_mod
-from harness import chunk
-from harness.backend_loader import load_backend
+from harness.planning import cases as case_mod
+from harness.running import chunk
+from harness.running.backend_loader import load_backend
 
 suite, spec, device = sys.argv[1:4]
 n = sys.argv[4] if len(sys.argv) > 4 else "400"

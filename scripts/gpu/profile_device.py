@@ -8,9 +8,9 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from harness import cases as case_mod
-from harness import chunk, phases
-from harness.backend_loader import load_backend
+from harness.planning import cases as case_mod
+from harness.running import chunk, phases
+from harness.running.backend_loader import load_backend
 
 suite, spec, wanted = sys.argv[1:4]
 n = sys.argv[4] if len(sys.argv) > 4 else "40"

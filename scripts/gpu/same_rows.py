@@ -4,7 +4,7 @@ Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl  (exit 0: identical, 1: t
 """
 import sys
 
-from harness.results import read_rows
+from harness.recording.results import read_rows
 
 TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms"}
 

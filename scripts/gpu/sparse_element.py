@@ -6,11 +6,15 @@ the run would use (CUDA and CPU draws differ), so run it where the failing row w
 
     python3 scripts/gpu/sparse_element.py CASE_ID n,t,h,d      # the index a failing row's message names
 """
-import sys, torch
-from harness.cases import load_suite
-from harness.sparse_inputs import build
-from harness.sparse_oracle import expected_views
-from harness.sparse_cache import read_records, dequantize
+import sys
+
+import torch
+
+from harness.building.sparse_cache import dequantize, read_records
+from harness.building.sparse_inputs import build
+from harness.judging.sparse_oracle import expected_views
+from harness.planning.cases import load_suite
+
 cid, idx = sys.argv[1], [int(x) for x in sys.argv[2].split(",")]
 case = next(c for c in load_suite("flashmla-sparse-upstream").cases if c.id == cid)
 sc = build(case, "cuda" if torch.cuda.is_available() else "cpu"); inp = sc.inputs
@@ -34,8 +38,9 @@ top = torch.topk(p / p.sum(), min(3, p.numel()))
 print("top weights", top.values.tolist(), "their v", v[top.indices].tolist())
 if torch.cuda.is_available():
     import dataclasses
-    from harness.backend_loader import load_backend
-    from harness.sparse_inputs import output_buffer
+
+    from harness.building.sparse_inputs import output_buffer
+    from harness.running.backend_loader import load_backend
     be = load_backend("flashmla-sparse")
     gots = []
     for _ in range(3):

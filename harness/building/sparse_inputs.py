@@ -1,0 +1,282 @@
+"""A sparse case's inputs, as SGLang 0.5.23's DSA backend builds them (``dsa_backend.py``), and the gate.
+
+- The pool: pages of ``page_size`` fp8 token records (``sparse_cache``), all poisoned (0xFF: NaN in every
+  part of a record) and then written through ``req_to_token`` (``pool.allocate``: shuffled pages, page 0
+  reserved, spare pages and an optional radix-shared prefix) with the tokens some index selects.  A record
+  no index selects keeps its poison, scale and rope bytes included, so a read outside every key set shows
+  (an engine's cache holds every token; only the selected ones are read).
+- The query rows: decode has one per request, which sees its ``seq_len`` tokens.  Target verify is
+  flattened as SGLang does it: draft i of request r is a row of its own (``s_q = 1``) that sees
+  ``seq_len + i + 1`` tokens; causality lives only in the indices.
+- Each row's key set: ``topk`` positions of the tokens it sees (``Case.index_pattern``), mapped to KV
+  slots as ``transform_index_page_table_decode`` does (``req_to_token[req, pos]``; -1 stays -1), with a
+  -1 tail where the row sees fewer tokens than ``topk``.  FlashMLA reads slot ``page * page_size + offset``.
+- ``cache_seqlens = min(tokens seen, topk)``, SGLang's ``dsa_cache_seqlens`` (the scheduler's input).
+- vLLM keeps a request's drafts in one kernel row (``Case.verify_rows = "per_request"``: indices
+  ``(n, 1 + k, topk)``); the same seed gives the same query tokens and key sets in both shapes.
+
+The index gate (``validate_indices``): every entry is -1 or a slot of the pool.  FlashMLA does not check
+(only -1 is invalid; anything else is read, out of bounds or not), so a bad index is refused before any
+kernel runs, with one line.
+"""
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import torch
+
+from reference.sparse import ROW_BLOCK_ELEMENTS
+
+from ..errors import InputError
+from ..judging.integrity import HASH_ROW_BYTES, guarded
+from ..planning.cases import Case
+from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
+from .kv_store import first_writes
+from .pool import allocate
+from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
+from .transfer import to_device_named
+
+SINK_SCALE, SINK_SHIFT = 2.0, 4.0          # "random" sinks: N(4, 2^2), near a typical LSE so they matter
+
+
+@dataclass(frozen=True)
+class SparseInputs:
+    """What a sparse backend is called with.  Every tensor is the engine's state: the launch witnesses
+    them all (``integrity.Witness``), and the kernel's output buffer ``out`` sits between guards."""
+
+    q: torch.Tensor                   # (n, s_q, heads, d_qk) bf16: the model's heads (a backend pads them)
+    kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records
+    indices: torch.Tensor             # (n, s_q, topk) int32: KV slot or -1
+    cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk), a kernel row's longest
+    attn_sink: torch.Tensor | None    # (heads,) float32, or None (SGLang passes none)
+    req_to_token: torch.Tensor        # (max_reqs, max_context) int32: the engine's table the indices came from
+    softmax_scale: float
+    d_v: int
+    kv_format: str
+    out: torch.Tensor | None = None   # (n, s_q, heads, d_v) bf16, poisoned, guarded: a backend may write here
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def page_size(self) -> int:
+        return self.kv_pool.shape[1]
+
+    @property
+    def num_slots(self) -> int:
+        return self.kv_pool.shape[0] * self.kv_pool.shape[1]
+
+    @property
+    def fmt(self):
+        return FORMATS[self.kv_format]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def topk(self) -> int:
+        return self.indices.shape[-1]
+
+
+@dataclass(frozen=True)
+class SparseCase:
+    """The inputs and what the harness knows about them on the host (the gate and the row read these)."""
+
+    inputs: SparseInputs
+    indices: torch.Tensor             # the indices, on the CPU
+    seen: list                        # tokens each query row sees
+    seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
+
+
+def sink_for(case: Case, gen: torch.Generator) -> torch.Tensor | None:
+    if case.sink == "none":
+        return None
+    sink = torch.randn(case.heads, generator=gen) * SINK_SCALE + SINK_SHIFT
+    if case.sink == "inf":           # FlashMLA's test draws +-inf sinks: +inf zeroes a head, -inf is no sink
+        sink[0::3] = torch.inf
+        sink[1::3] = -torch.inf
+    return sink
+
+
+def positions_for(pattern: str, seen: int, topk: int, gen: torch.Generator) -> np.ndarray:
+    """The top-k positions (of ``seen`` tokens) one query row lists, -1 padded to ``topk``."""
+    row = np.full(topk, -1, dtype=np.int64)
+    if pattern == "invalid" or seen == 0:
+        return row
+    if pattern == "window":
+        picked = np.arange(max(0, seen - topk), seen)
+    else:
+        picked = torch.randperm(seen, generator=gen)[:topk].numpy()
+    row[:len(picked)] = picked
+    if pattern == "holes":           # -1 entries inside the valid prefix (sglang #30645's shape)
+        row[torch.rand(topk, generator=gen).numpy() < 0.25] = -1
+    elif pattern == "repeat" and len(picked) > 1:     # a quarter of the entries repeat others
+        dup = torch.randperm(len(picked), generator=gen)[:max(1, len(picked) // 4)].numpy()
+        row[dup] = picked[torch.randint(0, len(picked), (len(dup),), generator=gen).numpy()]
+    return row
+
+
+def query_rows(case: Case, seq_lens: list[int]) -> list[tuple[int, int]]:
+    """``(request, tokens seen)`` per query row: decode's one row per request, verify's flattened drafts."""
+    if case.mode == "decode":
+        return [(r, n) for r, n in enumerate(seq_lens)]
+    return [(r, n + i + 1) for r, n in enumerate(seq_lens) for i in range(case.draft_tokens)]
+
+
+def row_patterns(case: Case, rows: list[tuple[int, int]]) -> list[str]:
+    """Each query row's pattern: ``padded`` is ``random`` with the last third of the requests' rows all -1,
+    as CUDA-graph and DP padding rows are."""
+    if case.index_pattern != "padded":
+        return [case.index_pattern] * len(rows)
+    first_padding = case.batch_size - case.batch_size // 3
+    return ["invalid" if r >= first_padding else "random" for r, _ in rows]
+
+
+def host_drawn_indices(case: Case, rows: list, layout, host_gen: torch.Generator) -> torch.Tensor:
+    """Each row's slots, drawn row by row on the host (``positions_for``): ``(rows, topk)`` int32."""
+    r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
+    indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
+    for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
+        pos = positions_for(pattern, seen, case.topk, host_gen)
+        indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
+    return torch.from_numpy(indices)
+
+
+def batched_indices(case: Case, rows: list, layout, device: torch.device) -> torch.Tensor:
+    """The ``batched`` pattern: every row's key set in one draw on ``device``, as FlashMLA's tests draw
+    theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
+    row's positions), mapped to slots through ``req_to_token``.  ``(rows, topk)`` int32, on ``device``.
+    No per-row host work: FlashMLA's matrix has 1.3 million query rows."""
+    seen = torch.tensor([n for _, n in rows], dtype=torch.long).to(device)
+    owner = layout.req_pool_indices[[r for r, _ in rows]].long().to(device)
+    width = max(max(n for _, n in rows), case.topk)
+    gen = torch.Generator(device=device).manual_seed(case.seed + 3)
+    keys = torch.rand(len(rows), width, generator=gen, device=device)
+    keys.masked_fill_(torch.arange(width, device=device)[None, :] >= seen[:, None], -torch.inf)
+    pos = keys.topk(case.topk, dim=-1).indices
+    valid = pos < seen[:, None]
+    table = layout.req_to_token.to(device)[owner]                                  # (rows, max_context)
+    slots = table.gather(1, torch.where(valid, pos, torch.zeros_like(pos)).clamp_max(table.shape[1] - 1))
+    return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)
+
+
+def engine_shape(case: Case) -> int:
+    """Query tokens per kernel row: SGLang flattens verify (1); vLLM keeps a request's drafts together."""
+    return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
+
+
+def selected(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """Which of the engine's writes (``slots``, from ``write_slots``) are of a token some index selects, on
+    the indices' device.  The others are not written: their records keep the pool's poison, so a kernel that
+    reads a record outside every key set (its own request's included) reads NaN.  A selected record's bytes
+    are the same as with every token written."""
+    listed = torch.zeros(num_slots + 1, dtype=torch.bool, device=indices.device)
+    listed[indices.reshape(-1).long().clamp_max(num_slots)] = True      # -1 (and past the pool): the last
+    return listed[slots.long()]
+
+
+def build(case: Case, device) -> SparseCase:
+    """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``.  It
+    waits for the device once, for the drawn indices (the gate reads them on the host)."""
+    device = torch.device(device)
+    fmt = FORMATS[case.kv_format]
+    seq_lens = draw_seq_lens(case)
+    total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
+    host_gen = torch.Generator().manual_seed(case.seed + 2)
+    layout = allocate(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
+                      pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
+    rows = query_rows(case, seq_lens)
+    s_q = engine_shape(case)
+    drawn = batched_indices(case, rows, layout, device) if case.index_pattern == "batched" else None
+    # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
+    cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
+    slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
+    pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32), "req_to_token": layout.req_to_token,
+            "slots": slots, "source": torch.arange(len(slots), dtype=torch.int32) if source is None else source}
+    if drawn is None:
+        pack["indices"] = host_drawn_indices(case, rows, layout, host_gen)
+    sink = sink_for(case, host_gen)
+    if sink is not None:
+        pack["sink"] = sink.float().view(torch.int32)          # as its bits: one int32 transfer carries all
+    sent = to_device_named(pack, device)
+    indices = (drawn if drawn is not None else sent["indices"]).view(len(rows) // s_q, s_q, case.topk)
+    written = selected(indices, sent["slots"], layout.num_pages * case.page_size)
+    slots, source = sent["slots"][written], sent["source"][written]          # the wait, for the mask's size
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
+    tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
+    pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
+    write_records(pool, slots, quantize(tokens[source.long()], fmt, case.kv_scales), fmt, case.page_size)
+    inputs = SparseInputs(
+        q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
+            layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
+        indices=indices, cache_seqlens=sent["cache_seqlens"],
+        attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
+        req_to_token=sent["req_to_token"], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
+    return SparseCase(inputs, indices.cpu(), [seen for _, seen in rows], list(seq_lens))
+
+
+def estimated_bytes(case: Case) -> dict[str, int]:
+    """A sparse case's peak device bytes by part, and their ``total``: the records, the tokens drawn and
+    quantized (bf16 draws, then float32 tiles, their abs, the scaled values and their clamp: about 20 bytes
+    an element), the bf16 copy of the whole pool the prefill-kernel adapters dequantize, and the oracle's
+    float64 block of listed keys (``reference.sparse.ROW_BLOCK_ELEMENTS``) three times over (the keys, their
+    records and a view's temporaries, the scores: about 2.2 times on the largest heads) with its output."""
+    return dict(_estimate(case))
+
+
+@cache      # asked for every case by the size check and, chunk after chunk, by the plan
+def _estimate(case: Case) -> dict[str, int]:
+    fmt = FORMATS[case.kv_format]
+    total = cache_seqlens_for(case, draw_seq_lens(case))
+    layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
+    rows = len(query_rows(case, list(draw_seq_lens(case))))
+    parts = {"records": layout_pages * fmt.page_bytes(case.page_size),
+             "draws": sum(total) * case.d_qk * 20,
+             "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
+             "oracle": min(ROW_BLOCK_ELEMENTS, rows * case.topk * case.d_qk) * 8 * 3
+             + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+@cache
+def chunk_parts(case: Case) -> dict[str, int]:
+    """The case's share of a chunk's memory (``resources.chunk_bytes``), from ``estimated_bytes``:
+    ``held`` until the chunk's comparison (the records, the witness's fingerprints of them, the kernel's
+    and the oracle's outputs) and ``passing`` (the largest of the draws, the prefill adapters' bf16 pool
+    and the oracle's block of keys, which come and go one case at a time)."""
+    need = _estimate(case)
+    outputs = need["oracle"] - min(ROW_BLOCK_ELEMENTS, _entries(case) * case.d_qk) * 8 * 3
+    return {"held": need["records"] + 2 * 8 * (need["records"] // HASH_ROW_BYTES) + outputs,
+            "passing": max(need["draws"], need["bf16_pool"], need["oracle"] - outputs)}
+
+
+def _entries(case: Case) -> int:
+    """Index entries of the case: query rows times ``topk``."""
+    return len(query_rows(case, list(draw_seq_lens(case)))) * case.topk
+
+
+def output_buffer(inputs: SparseInputs) -> torch.Tensor:
+    """The engine's output buffer: poisoned bf16 between guard regions (``integrity``)."""
+    n, s_q, heads, _ = inputs.q.shape
+    return poisoned((n, s_q, heads, inputs.d_v), torch.bfloat16, inputs.device)
+
+
+def validate_indices(indices: torch.Tensor, num_slots: int):
+    """Refuse, with one line, indices a kernel must not be launched on: int32 ``(n, s_q, topk)``, each
+    entry -1 or a slot in ``[0, num_slots)``."""
+    if indices.dim() != 3 or indices.dtype != torch.int32:
+        raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
+                         f"{tuple(indices.shape)}")
+    if not indices.numel():
+        return
+    lowest, highest = (int(x) for x in torch.aminmax(indices))             # one pass; the mask only to name one
+    if lowest < -1 or highest >= num_slots:
+        row, q, j = (int(x) for x in ((indices < -1) | (indices >= num_slots)).nonzero()[0])
+        raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "
+                         f"the pool's {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
+                         f"other value, out of bounds or not)")

@@ -1,0 +1,1 @@
+"""Judging answers: the oracle, conventions, comparison, tolerances, checks and the witness."""

@@ -1,0 +1,57 @@
+"""The reference, called on cases' inputs: what every backend is compared with.
+
+The oracle's unit of work is a key set (``reference.keysets``): what each query token reads.  The dense
+inputs fill it from the block table and lengths; a mode with its own key set per query token
+(``Inputs.token_slots``) fills it with one key set per query token, a request of one token each.
+All the calls handed over together go to ``reference.mla_attention_many`` at once: a chunk of
+small cases shares its launches, and each call gets the bits it gets alone (``reference/batched.py``).
+"""
+
+import dataclasses
+
+import torch
+
+from reference import Problem, descale_scalar, joins_shared_blocks, mla_attention_many
+
+from ..building.inputs import Inputs, key_counts, key_sets
+
+
+def problem(inputs: Inputs) -> Problem:
+    """The attention these inputs ask for, with the key sets read on the host."""
+    q = inputs.q
+    if inputs.token_slots is not None:          # one request of one query token per key set
+        q = q.reshape(-1, 1, *q.shape[2:])
+    return Problem(q, inputs.kv_pool, key_sets(inputs), inputs.softmax_scale, inputs.d_v,
+                   descale_scalar(inputs.descale_q), descale_scalar(inputs.descale_k))
+
+
+def _as_called(result: tuple, inputs: Inputs) -> tuple:
+    """out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)`` of these inputs, from a problem's result."""
+    if inputs.token_slots is None:
+        return result
+    out, lse = result                          # (b * s_q, 1, h_q, d_v), (b * s_q, h_q, 1)
+    b, s_q = inputs.batch_size, inputs.s_q
+    return out.view(b, s_q, *out.shape[2:]), lse.view(b, s_q, -1).transpose(1, 2)
+
+
+def gains_from_company(inputs: Inputs) -> bool:
+    """Whether these inputs' oracle is cheaper with other calls' (short requests on a GPU share blocks);
+    either way its bits are the same."""
+    return joins_shared_blocks(inputs.q.device, key_counts(inputs))
+
+
+def model_precision(inputs: Inputs) -> Inputs:
+    """fp8 only: the unquantised q and KV, for the end-to-end error."""
+    return dataclasses.replace(inputs, q=inputs.q_model, kv_pool=inputs.kv_pool_model, descale_q=None,
+                               descale_k=None, q_model=None, kv_pool_model=None)
+
+
+def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tuple]:
+    """The oracle's ``(out, lse)`` for each of these inputs (for fp8: the quantised q and KV), together."""
+    results = mla_attention_many([problem(inputs) for inputs in calls], compute_dtype)
+    return [_as_called(result, inputs) for result, inputs in zip(results, calls)]
+
+
+def expected(inputs: Inputs, compute_dtype=torch.float64):
+    """The oracle on exactly the kernel's inputs."""
+    return expected_many([inputs], compute_dtype)[0]

@@ -1,0 +1,103 @@
+"""The float64 oracle of a sparse case: each query token's key set, read from the pool's records.
+
+The records are read entry by entry, in each index row's order, a block of query rows at a time
+(``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
+format's reader (``sparse_cache``) and read by two products (``reference.sparse.attend_listed``).  A -1
+entry reads a record of zeros in its place (never attended).  Only the slots some index lists are read
+(a serving-size pool would not fit in float64), in one of two views:
+
+- ``exact``: ``e4m3 * float32 scale``, what the record means;
+- ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
+
+A backend declares the view its arithmetic starts from (``SparseCapabilities.kv_dequant``); the
+comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where every
+listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal bit for
+bit) the other view shares the first's answer.
+
+For a chunk of cases (``start_views`` then ``finish_views``) that agreement is a device flag, read with
+the others of the chunk in one transfer; ``expected_views`` is the same for one case.  Nothing here waits
+for the device.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
+
+from ..building.sparse_cache import dequantize, read_records, views_agree
+from ..building.sparse_inputs import SparseCase
+
+
+@dataclass
+class PendingViews:
+    """A case's oracle under way: the first view's answer, and the second view's, to be decided."""
+
+    case: SparseCase
+    views: tuple
+    answers: dict                       # view -> (out, lse)
+    same: torch.Tensor | None = None    # device bool: the second view's keys equal the first's bit for bit
+
+
+def expected(case: SparseCase, view: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """out ``(n, s_q, heads, d_v)`` and LSE ``(n, heads, s_q)``, float64, on the inputs' device."""
+    return expected_views(case, (view,))[view]
+
+
+def expected_views(case: SparseCase, views: tuple) -> dict:
+    """``expected`` in each of one or two views; a second view whose keys equal the first's bit for bit
+    (power-of-two scales: docs/sparse.md) shares its answer, the same tensors."""
+    pending = start_views(case, views)
+    return finish_views(pending, pending.same is not None and bool(pending.same))
+
+
+def start_views(case: SparseCase, views: tuple) -> PendingViews:
+    """The first view's answer queued on the device and, with a second view, whether its keys equal the
+    first's (a device flag: ``finish_views`` is told it)."""
+    if not 1 <= len(views) <= 2:
+        raise ValueError(f"one or two views, not {views}")
+    answer, agree = _attend(case, views[0])
+    return PendingViews(case, views, {views[0]: answer}, agree if len(views) == 2 else None)
+
+
+def finish_views(pending: PendingViews, same: bool) -> dict:
+    """Every view's answer: the second view's the first's where ``same``, else computed (the records
+    read again: a chunk does not hold its cases' keys while their flags travel)."""
+    answers = dict(pending.answers)
+    if len(pending.views) == 2:
+        first, second = pending.views
+        answers[second] = answers[first] if same else _attend(pending.case, second)[0]
+    return answers
+
+
+def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -> torch.Tensor:
+    """``sum_j p_j |V_j|`` of the flattened query ``rows`` ``(len(rows), heads, d_v)``, in ``view``: the
+    scale of the kernel's weight-rounding error there (``weight_rounding``)."""
+    heads, d_v = case.inputs.heads, case.inputs.d_v
+    return _attend(case, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d_v)
+
+
+def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magnitudes: bool = False):
+    """``((out (n, s_q, heads, d_v), lse (n, heads, s_q)), agree)`` of the flattened query ``rows`` (all by
+    default; then out is ``(len(rows), 1, heads, d_v)``), float64; ``magnitudes``: ``sum p |V|`` in place of
+    out.  ``agree``: a device bool, whether every listed scale lets the two views agree."""
+    inputs, fmt = case.inputs, case.inputs.fmt
+    n, s_q, heads, d = inputs.q.shape
+    q = inputs.q.reshape(n * s_q, heads, d)
+    listed = inputs.indices.reshape(n * s_q, -1)
+    if rows is not None:
+        q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
+    pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
+    out, lse = empty_answers(n * s_q, heads, inputs.d_v, q.device)
+    agree = torch.ones((), dtype=torch.bool, device=q.device)
+    for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
+        idx = listed[r0:r1].long()
+        valid = idx >= 0
+        zeroed = ~valid.flatten()
+        records = read_records(pool, idx.clamp_min(0).flatten(), fmt, inputs.page_size, zeroed=zeroed)
+        keys = dequantize(records, fmt, view).view(r1 - r0, inputs.topk, d)
+        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
+                                               absolute_values=magnitudes)
+        agree &= views_agree(records.scales, zeroed)
+    out, lse = with_sink(out, lse, inputs.attn_sink)
+    return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree

@@ -1,0 +1,1 @@
+"""What to test: cases, suites, their checks and their sequence lengths."""

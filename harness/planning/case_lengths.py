@@ -1,0 +1,48 @@
+"""A case's lengths and page sharing, drawn on the CPU from its seed alone, so they are the same on
+every device and cost no inputs: the size check, the chunk plan and the inputs all ask."""
+
+from functools import lru_cache
+
+import torch
+
+from ..building.pool import boundary_pages
+from . import seqlens
+from .case import Case
+
+
+def draw_seq_lens(case: Case) -> list[int]:
+    """SGLang's ``seq_lens`` (the prefix, for verify) of each request."""
+    return list(_drawn_seq_lens(case))
+
+
+@lru_cache(maxsize=4096)      # the size check, the chunk plan and the inputs all ask
+def _drawn_seq_lens(case: Case) -> tuple:
+    gen = torch.Generator().manual_seed(case.seed)
+    drawn = seqlens.draw(case.seqlen, case.batch_size, case.page_size, gen)
+    if case.seqlen_is_cache and case.mode == "verify":
+        # FlashMLA's own test draws cache lengths and keeps them >= s_q; the prefix is what is left
+        return tuple(max(n, case.s_q) - case.s_q for n in drawn)
+    return tuple(drawn)
+
+
+def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
+    """What FlashMLA is given: verify adds the draft tokens (``seq_lens + num_draft_tokens``)."""
+    return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
+
+
+
+def shared_pages_for(case: Case, cache: list[int]) -> list[int]:
+    """How many of the common prefix's pages each request shares (a radix cache's matched prefix).
+
+    Only whole pages of committed tokens are shared: the tokens this step writes (the decode
+    token, the drafts) are always on the request's own pages.
+    """
+    P = case.page_size
+    return [min(case.shared_prefix // P, max(n - case.s_q, 0) // P) for n in cache]
+
+
+def pinned_pages_for(case: Case) -> list[int]:
+    """In a spread pool: the pages at which page ids and element offsets wrap must be live."""
+    if not case.pool_pages:
+        return []
+    return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)

@@ -1,0 +1,1 @@
+"""Records: outcomes, statuses, results files, the summary and JUnit."""

@@ -1,0 +1,1 @@
+"""Running cases: the runner, chunks, worker isolation, resources and placement on GPUs."""

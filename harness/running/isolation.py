@@ -1,0 +1,230 @@
+"""Crash isolation: kernels run in worker processes, the parent keeps the results.
+
+An illegal memory access, an abort or a hang in one case must not end the
+suite.  Each worker loads the backend once and runs chunks of cases sent over a
+pipe (``chunk.run_chunk``, in ``worker_process.serve``); the parent writes every row as it
+arrives.  Before each case the worker posts the case's index in a shared counter.  When a worker
+dies in a case run alone, the parent knows which it was: that case is recorded
+as ``crash`` (or ``timeout``, for one that overran and was killed).  The cases
+of a chunk of several do not wait for their kernels (``phases``), so a fault
+there may surface in any later case: none is charged, and every case of the
+chunk runs again alone, in a fresh worker, where the fault finds its own case.
+A crash costs one case; a row that reached the parent is never lost.  A CUDA
+error is sticky (the context is unusable afterwards), so a worker that hits one
+reports it and exits to be replaced.
+
+This module is the event loop: each worker is in one ``worker.State``, moved as its news arrives.
+The processes come from a ``worker_pool.WorkerPool`` (spares and retiring workers) and a chunk starts
+where ``memory_gate`` admits it.
+"""
+
+import time
+from multiprocessing.connection import wait
+
+from ..errors import InputError
+from ..recording.status import Status
+from . import placement
+from .memory_gate import MemoryGate
+from .worker import State, Worker
+from .worker_pool import WorkerPool
+from .worker_process import worker_job
+
+__all__ = ["MemoryGate", "hand_out", "run_isolated"]
+
+
+def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=()):
+    """Give each idle worker of ``place``'s set in ``pool`` its next chunk from ``todo`` where memory
+    allows; with none left it may run, retire it.  Where no chunk fits, the idle workers that kept a
+    cache are told to empty it.  Memory is the set's own (one GPU's): other sets' workers do not count."""
+    mine = [w for w in pool if getattr(w, "place", None) is place]
+    allowed = (lambda chunk: placement.may_run(chunk, place, sets)) if sets else None
+    for w in mine:
+        if not w.idle():
+            continue
+        if not todo or (allowed is not None and not any(map(allowed, todo))):
+            w.retire()
+            pool.remove(w)
+            continue
+        others = [o for o in mine if o is not w]
+        alone = not any(o.may_hand_back() for o in others)
+        i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone, allowed)
+        if i is not None:
+            chunk = todo.pop(i)
+            w.send(chunk, memory.holds(chunk))
+            continue
+        for o in mine:
+            if o.state is State.CACHED:
+                o.empty_cache()
+
+
+def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
+                 startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None,
+                 pool: WorkerPool | None = None) -> list:
+    """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
+
+    ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
+    module-level function, so it pickles by name); ``crash_row(case, status, reason, gpu=)`` builds the
+    row of a case whose worker died or hung (``gpu``: the name of the GPU it ran on, or None).
+    ``timeout_s`` bounds each case, not each chunk.
+    Once ``stop()`` is true no chunk starts (those in flight finish); returns the cases never started.
+    ``sets``: one ``placement.WorkerSet`` per GPU, ``workers`` processes each, each with its memory
+    gate; without, one set on the default device gated by ``memory``.  ``pool``: the run's
+    ``WorkerPool`` (its spares are used, its retiring workers are left to it); without, one of this call's.
+    """
+    if pool is None:
+        with WorkerPool() as own:
+            return run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers, timeout_s,
+                                startup_timeout_s, memory, stop, sets, own)
+    sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
+    for s in sets:
+        s.memory = s.memory or MemoryGate()
+    run = _Run([list(c) for c in chunks if c], sets, worker_job(backend_spec, device, run_chunk), backend_spec,
+               on_row, crash_row, stop, startup_timeout_s, pool)
+    first = min(workers * len(sets), len(run.todo))
+    working = [run.start(sets[i % len(sets)]) for i in range(first)]
+    try:
+        while working:
+            run.heed_stop()
+            run.assign(working)
+            if not working:
+                break
+            ready = wait([w.conn for w in working] + [w.proc.sentinel for w in working], timeout=0.5)
+            run.listen(working, ready, time.monotonic(), timeout_s)
+    finally:
+        for w in working:
+            w.kill()
+    return run.never_started
+
+
+class _Run:
+    """What ``run_isolated`` keeps while it runs: the chunks to do and what a worker's news does to them."""
+
+    def __init__(self, todo, sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s, pool):
+        self.todo, self.sets, self.job, self.backend_spec = todo, sets, job, backend_spec
+        self.on_row, self.crash_row, self.stop, self.startup_timeout_s = on_row, crash_row, stop, startup_timeout_s
+        self.pool = pool
+        self.never_started = []
+
+    def start(self, place) -> Worker:
+        return Worker(self.job, self.startup_timeout_s, place, self.pool)
+
+    def heed_stop(self):
+        """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
+        if self.stop is not None and self.stop():
+            self.never_started.extend(case for chunk in self.todo for case in chunk)
+            self.todo.clear()
+
+    def assign(self, working: list):
+        """Chunks to the idle workers of each GPU in the run; a lost GPU's idle workers retire; on several
+        GPUs, a worker started where a waiting chunk has none that may take it."""
+        several = len(self.sets) > 1
+        for s in placement.live(self.sets) if several else self.sets:
+            hand_out(self.todo, working, s.memory, s, self.sets if several else ())
+        for s in self.sets:            # a lost GPU's idle workers get nothing more
+            if s.lost is not None:
+                for w in [w for w in working if w.place is s and w.idle()]:
+                    w.retire()
+                    working.remove(w)
+        if several:
+            working += [self.start(s) for s in placement.uncovered(self.todo, self.sets, working)]
+
+    def listen(self, working: list, ready, now: float, timeout_s: float):
+        """Take in every worker's news; one that has to go is recorded, killed and replaced."""
+        for w in list(working):
+            w.watch(timeout_s, now)
+            lost = self.hear(w, ready, now, timeout_s)
+            if lost is None:
+                continue
+            self.bury(w, *lost)
+            w.kill()
+            working.remove(w)
+            self.heed_stop()
+            place = placement.refill(w.place, self.sets, working)
+            if self.todo and place is not None:
+                working.append(self.start(place))
+
+    def requeue(self, cases, like=None):
+        """Cases whose rows died with a worker run again, one per chunk: should one of them be what
+        killed it while comparing, it is found on its own.  A rerun's cases stay reruns (``like``)."""
+        if isinstance(like, placement.Rerun):
+            self.todo[:0] = [placement.Rerun([c], like.origin, like.after) for c in cases]
+        else:
+            self.todo[:0] = [[c] for c in cases]
+
+    def hear(self, w: Worker, ready, now: float, timeout_s: float):
+        """Take in what ``w`` sent; ``(status, reason)`` when it has to go (status ``"lost"``: it lost its
+        device and said which case, ``bury``), else None."""
+        dead = w.proc.sentinel in ready and not w.proc.is_alive()
+        if w.conn in ready:
+            try:
+                kind, payload = w.conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "died", None
+            if kind == "lost":      # a sticky CUDA error: that case crashed (if known), the rest run again
+                return "lost", payload
+            self.take(w, kind, payload)
+            dead = kind == "died"
+        if dead:
+            w.proc.join(timeout=5)
+            if w.state is State.STARTING:
+                return self.not_started(w, f"worker failed to start ({w.death_reason()})")
+            return Status.CRASH, w.death_reason()
+        if w.deadline is not None and now > w.deadline:
+            if w.state is State.STARTING:
+                return self.not_started(w, f"worker did not start within {self.startup_timeout_s:g} s")
+            return Status.TIMEOUT, f"no result within {timeout_s:g} s; worker killed"
+        return None
+
+    def take(self, w: Worker, kind: str, payload):
+        """A message from a live worker: it is ready, a chunk's rows, or its cache emptied."""
+        if kind == "ready":
+            w.started()
+        elif kind == "rows":
+            got, cache = payload
+            deliver = placement.deliver(self.on_row, w.place, w.chunk)
+            for row in got:
+                deliver(row)
+            w.chunk_done(cache)
+            w.place.deaths = 0
+        elif kind == "cache":
+            w.cache_emptied(payload)
+        elif kind == "bad_input":
+            raise InputError(payload)
+
+    def not_started(self, w: Worker, why: str):
+        """A worker that could not start: bad input on the only GPU left, else its GPU is out of the run."""
+        if len(self.sets) == 1 or not any(s is not w.place for s in placement.live(self.sets)):
+            raise InputError(f"backend '{self.backend_spec}': {why}")
+        if w.place.lost is None:
+            placement.drop(w.place, why)
+        return "gone", why
+
+    def bury(self, w: Worker, status, reason):
+        """Record or requeue the chunk of a worker that has to go."""
+        chunk, rows = w.chunk, placement.deliver(self.on_row, w.place, w.chunk)
+        w.chunk = None
+        if status == "gone" or chunk is None:
+            return
+        context_lost = status == "lost"
+        if context_lost:
+            index, row = reason
+            reason = (row or {}).get("reason") or "CUDA context lost"
+        if status in ("lost", Status.CRASH) and placement.moves_elsewhere(chunk, w.place, self.sets):
+            self.todo[:0] = placement.move(chunk, w.place, reason)
+            placement.check_lost(w.place, self.sets, reason)
+            return
+        if status in ("lost", Status.CRASH):
+            placement.forgive(chunk, w.place)
+        if context_lost:
+            if index is not None:
+                rows(row)
+            self.requeue([c for i, c in enumerate(chunk) if i != index], chunk)
+            return
+        w.chunk = chunk
+        case, others = w.in_hand()
+        if case is None and len(others) == 1:       # died comparing a chunk of one: that case
+            case, others, reason = others[0], [], f"{reason} while comparing"
+        if case is not None:       # built here, not on its GPU: the row names the GPU it ran on
+            gpu = None if w.place.placement is None else w.place.placement["name"]
+            rows(self.crash_row(case, status, reason, gpu=gpu))
+        self.requeue(others, chunk)

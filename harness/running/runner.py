@@ -1,0 +1,210 @@
+"""Run cases against a backend and record one result row per case.
+
+Per case: ask the backend whether it supports the case; build the inputs; check
+the block table (no kernel ever sees an invalid one); run the kernel *before*
+the oracle, so memory the oracle reuses cannot hide a bug; compare, together with
+the other cases of its chunk (``chunk.py``); append the rows to the results file
+as each chunk finishes.  What is done with a case's inputs is its scenario
+(``harness/scenarios/``).
+"""
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..planning.cases import Case
+from ..recording.outcome import Outcome, result_row
+from ..recording.results import ResultsWriter
+from ..recording.status import Status, gates, verdict_of
+from . import chunk, isolation, placement, resources
+from .chunk import run_chunk
+from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
+from .memory_gate import MemoryGate
+from .phases import KERNEL
+from .worker_pool import WorkerPool
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def precheck(case: Case, backend, device: str, available: int | None = None, measured: str | None = None):
+    """The outcome of a case that is not run here (the backend refuses it, it does not fit, or the
+    backend's own check raised), or None to run it.  ``available``: memory measured once for a run."""
+    try:
+        reason = backend.unsupported_reason(case, device)
+    except Exception as e:   # a plug-in's broken capability check is its error, on this case
+        e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
+        return Outcome.raised(KERNEL, e)
+    reason = reason or resources.too_large_reason(case, device, available, measured=measured,
+                                                  capabilities=getattr(backend, "capabilities", None))
+    return None if reason is None else Outcome.unsupported(reason)
+
+
+def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
+    """Check and run one case and return its result row.  Bad input raises ``InputError``."""
+    refused = precheck(case, backend, device)
+    if refused is not None:
+        return result_row(case, backend, backend_spec, device, refused).to_json()
+    return run_chunk([case], backend, backend_spec, device)[0]
+
+
+@dataclass
+class RunSummary:
+    rows: list = field(default_factory=list)        # rows written by this invocation
+    previous: list = field(default_factory=list)    # rows kept from the resumed file, for the cases asked for
+    seconds: float = 0.0
+    io_seconds: float = 0.0                          # writing rows to the results file
+    workers: int = 0                                 # the most worker processes any backend ran in
+    selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
+
+    @property
+    def all_rows(self) -> list:
+        return self.previous + self.rows
+
+    def count(self, status: str) -> int:
+        return sum(r["status"] == status for r in self.all_rows)
+
+    @property
+    def verdict(self):
+        return verdict_of(self.all_rows)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def cases_per_second(self) -> float:
+        return len(self.rows) / self.seconds if self.seconds > 0 else float("inf")
+
+
+def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
+              skip_ids: set | None = None, progress: bool = True, workers: int = 0,
+              timeout_s: float = 300.0, summary: RunSummary | None = None,
+              row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
+              memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
+              sets: list | None = None, pool: WorkerPool | None = None) -> RunSummary:
+    """Run cases and write each row as it finishes.
+
+    ``workers == 0`` runs in this process; otherwise kernels run in that many
+    worker processes (``isolation.py``), so a crash or hang costs one case.
+    Cases the backend does not support are recorded here without a worker.  Up to
+    ``chunk_cases`` cases are compared together (``chunk.py``); 1 runs each case alone.
+    ``memory``: ``resources.available_bytes`` as the caller measured it before any worker of this run touched
+    the device (a worker's context counts as used; ``shared_budget`` allows for it).  Without it the run
+    measures, once the workers of earlier runs and any spare told another job are gone.
+    After ``max_timeouts`` timeouts in a row the cases not yet started are recorded as ``timeout``
+    without being run (``CircuitBreaker``; 0 runs every case whatever happens).
+    ``sets``: a ``placement.WorkerSet`` per GPU (``run --gpus``), ``workers`` processes each, each gated by
+    its GPU's memory; a case must fit the GPU with the least.  Without, one set on the default device.
+    ``pool``: the invocation's ``WorkerPool`` (its spares); without, one of this call's, closed at its end.
+    """
+    if pool is None:
+        with WorkerPool() as own:
+            return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
+                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own)
+    skip_ids = skip_ids or set()
+    todo = [c for c in cases if c.id not in skip_ids]
+    summary = RunSummary() if summary is None else summary
+    started = time.perf_counter()
+    rec = _Recorder(backend, backend_spec, device, writer, summary, row_extra, len(todo), progress,
+                    CircuitBreaker(max_timeouts))
+    if memory is None:
+        pool.stop_spares()      # spares and earlier workers with a device context of their own
+        memory = resources.available_bytes(device)
+    sets = sets or [placement.WorkerSet()]
+    summary.workers = max(summary.workers, workers * len(sets))
+    chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases)
+    if workers:
+        never_run = isolation.run_isolated(chunks, backend_spec, device, rec.record, rec.lost_row, run_chunk,
+                                           workers=workers, timeout_s=timeout_s,
+                                           stop=lambda: rec.breaker.tripped, sets=sets, pool=pool)
+    else:
+        never_run = _run_here(chunks, rec, sets[0])
+    for case in never_run:
+        rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
+    rec.bar.close()
+    summary.seconds += time.perf_counter() - started
+    return summary
+
+
+class _Recorder:
+    """Where a backend's rows go: the results file, the summary, the progress bar and the breaker."""
+
+    def __init__(self, backend, backend_spec, device, writer, summary, row_extra, total, progress, breaker):
+        from tqdm import tqdm
+        self.backend, self.backend_spec, self.device = backend, backend_spec, device
+        self.writer, self.summary, self.row_extra, self.breaker = writer, summary, row_extra, breaker
+        self.bar = tqdm(total=total, desc=f"{backend.name}", unit="case", disable=not progress,
+                        dynamic_ncols=True, mininterval=0.5)
+        self.not_passed = 0
+
+    def record(self, row: dict):
+        self.breaker.see(row)
+        row.update(self.row_extra or {})
+        t0 = time.perf_counter()
+        self.writer.write(row)
+        self.summary.io_seconds += time.perf_counter() - t0
+        self.summary.rows.append(row)
+        self.not_passed += gates(row["status"])
+        self.bar.set_postfix_str(f"not passed {self.not_passed}", refresh=False)
+        self.bar.update(1)
+
+    def row(self, case, outcome, gpu: str | None = None) -> dict:
+        return result_row(case, self.backend, self.backend_spec, self.device, outcome, gpu=gpu).to_json()
+
+    def lost_row(self, case, status: str, reason: str, gpu: str | None = None) -> dict:
+        """The row of a case whose worker died or hung (``gpu``: the one it ran on, ``isolation``)."""
+        return self.row(case, Outcome.lost(Status(status), reason), gpu)
+
+
+def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) -> list:
+    """The chunks to run: cases refused here recorded at once, each set's memory gate built, and the
+    rest planned into chunks no larger than the machine can give all workers' chunks at once."""
+    backend, device = rec.backend, rec.device
+    available, measured = memory      # once: a verdict must not depend on the moment
+    available, measured = _least(sets, available, measured)
+    runnable = []
+    for case in todo:
+        refused = precheck(case, backend, device, available, measured)
+        if refused is not None:
+            rec.record(rec.row(case, refused))
+        else:
+            runnable.append(case)
+    cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
+    for s in sets:
+        s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
+    budget = min(s.memory.budget for s in sets)
+    return chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
+
+
+def _run_here(chunks, rec: _Recorder, place) -> list:
+    """``--workers 0``: every chunk in this process; returns the cases the breaker kept from running."""
+    never_run = []
+    for cases_together in chunks:
+        if rec.breaker.tripped:
+            never_run.extend(cases_together)
+            continue
+        for row in run_chunk(cases_together, rec.backend, rec.backend_spec, rec.device):
+            if place.placement is not None:
+                row["placement"] = place.placement
+            rec.record(row)
+    return never_run
+
+
+def _least(sets, available: int, measured: str) -> tuple[int, str]:
+    """The memory a case must fit: the least any GPU of the run has (it may run on any of them)."""
+    for s in sets:
+        if s.available is not None and s.available < available:
+            available = s.available
+            measured = f"{available / resources.GiB:.1f} GiB free on {s.name}, the run's GPU with the least"
+    return available, measured
+
+
+def _set_budget(device: str, place, available: int, workers: int, count: int) -> int:
+    """What one set's workers may hold at once: its own GPU's memory; on the CPU, where every set shares
+    the host's RAM (pretend GPUs, ``gpus.FAKE_ENV``), a share of it."""
+    budget = resources.shared_budget(device, place.available if place.available is not None else available, workers)
+    return budget if device == "cuda" else budget // count

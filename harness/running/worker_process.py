@@ -1,0 +1,113 @@
+"""A worker process's side of crash isolation: what it imports, loads and runs (``serve``).
+
+Nothing heavy is imported at the top: a spare worker is started before the parent imports torch
+(``worker_pool``), and this module is what it runs.
+"""
+
+import os
+import signal
+
+from ..errors import InputError
+from ..recording.status import Status
+
+PIN_ENV = "CUDA_VISIBLE_DEVICES"
+EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your allocator's kept memory back
+
+STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
+               "unspecified launch failure")
+
+
+def _context_lost(device):
+    def lost(row) -> bool:
+        return (device == "cuda" and row["status"] in (Status.ERROR, Status.HARNESS_ERROR)
+                and any(s in (row.get("reason") or "") for s in STICKY_CUDA))
+    return lost
+
+
+def serve(conn, progress, warm=False, pin=None):
+    """A worker's life: its imports (and with ``warm`` its CUDA context), then told what to load (or None:
+    not needed after all), then chunk after chunk.  ``pin``: the one GPU it may see (``gpus.Gpu.pin``),
+    set before torch is imported, so CUDA never sees another."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    if pin is not None:
+        os.environ[PIN_ENV] = pin
+    import torch  # the slow imports, made while the parent (which started a spare early) makes its own
+    if warm:      # free memory was measured before this process started (gpu_memory)
+        try:
+            _warm_up("cuda")
+        except Exception:       # no usable GPU after all: the job says which device, and warms up for it
+            pass
+
+    from .backend_loader import load_backend
+    job = conn.recv()
+    if job is None:
+        return
+    backend_spec, device, threads, run_chunk = job
+    # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
+    # splits its work over the threads, so another count gives other last bits in the metrics
+    torch.set_num_threads(threads)
+    try:
+        backend = load_backend(backend_spec)
+    except InputError as e:
+        conn.send(("bad_input", str(e)))
+        return
+    _warm_up(device)
+    conn.send(("ready", None))
+    _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk)
+
+
+def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
+    """Chunk after chunk until told None (or until the chunk's input is bad, or the context is lost)."""
+    import torch
+
+    from ..recording.outcome import context_lost_row
+    from .chunk import ContextLost
+
+    def on_start(i):
+        progress.value = i
+
+    def cached() -> int:
+        """What this worker's allocator holds now, in use or kept for reuse (no wait for the device)."""
+        return torch.cuda.memory_reserved() if device == "cuda" else 0
+
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        if job == EMPTY_CACHE:          # the parent needs this worker's kept memory for another's chunk
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            conn.send(("cache", cached()))
+            continue
+        try:
+            rows = run_chunk(job, backend, backend_spec, device, on_start=on_start,
+                             context_lost=_context_lost(device))
+        except InputError as e:
+            conn.send(("bad_input", str(e)))
+            return
+        except ContextLost as lost:
+            conn.send(("lost", (lost.index, None if lost.index is None else context_lost_row(lost.row))))
+            return
+        conn.send(("rows", (rows, cached())))
+
+
+def _warm_up(device):
+    """Create the CUDA context and cuBLAS's handle now, while the parent still prepares the run, rather than
+    in the first case (0.45 s and 0.11 s on the H200).  No kernel of the backend runs here."""
+    import torch
+    if torch.device(device).type == "cuda":
+        a = torch.ones(8, 8, dtype=torch.float64, device=device)
+        (a @ a).sum().item()
+
+
+def worker_job(backend_spec, device, run_chunk) -> tuple:
+    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)`` (see ``serve``).
+    A spare told one job serves only that job.
+
+    On the CPU a worker computes with this process's torch thread count: a float64 reduction or matmul
+    splits its work over the threads, so another count gives other last bits.  On a GPU the host's work
+    is small integer arrays, and several workers' threads on the same cores cost time (2 workers on the
+    H200's 16 cores: 11.7 s with 16 threads each, 9.0 s with one), so a worker has one thread.
+    """
+    import torch
+    return backend_spec, device, 1 if device == "cuda" else torch.get_num_threads(), run_chunk
