@@ -70,7 +70,7 @@ def weighted_value_magnitudes(q: torch.Tensor, keys: torch.Tensor, indices: torc
                               d_v: int, sink: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_j p_j |V[idx_j]|`` per query row, head and value column ``(n, h, d_v)``, float64, with ``p`` the
     softmax weights (the sink's factor applied, as to out): the scale of the error a kernel makes by rounding
-    each weight before the P.V product (harness/tolerances.py's error model).  Arguments as for
+    each weight before the P.V product (harness/judging/tolerances.py's error model).  Arguments as for
     ``sparse_attention``; meant for a few rows at a time."""
     if keys.shape[0] == 0:
         keys = keys.new_zeros(1, q.shape[-1])
