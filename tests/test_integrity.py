@@ -102,7 +102,7 @@ def test_the_triton_block_sums_equal_pytorchs_under_the_interpreter():
     pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
     script = textwrap.dedent("""
         import os, torch
-        from harness import block_hash, integrity
+        from harness.judging import block_hash, integrity
         kernel = block_hash._triton_kernel()
         assert kernel is not None, "triton does not load"
         gen = torch.Generator().manual_seed(3)
