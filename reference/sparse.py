@@ -39,10 +39,7 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
         keys = keys.new_zeros(1, d)
     out, lse = empty_answers(n, h, d_v, keys.device)
     for r0, r1 in row_blocks(n, indices.shape[1], d):
-        idx = indices[r0:r1].to(keys.device, torch.long)
-        valid = idx >= 0
-        listed = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()        # (rows, topk, d)
-        listed.masked_fill_(~valid[..., None], 0.0)                                    # poison never multiplied
+        listed, valid = _listed(keys, indices[r0:r1])
         out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], listed, valid, softmax_scale, d_v)
     return with_sink(out, lse, sink)
 
@@ -74,17 +71,18 @@ def weighted_value_magnitudes(q: torch.Tensor, keys: torch.Tensor, indices: torc
     ``sparse_attention``; meant for a few rows at a time."""
     if keys.shape[0] == 0:
         keys = keys.new_zeros(1, q.shape[-1])
+    listed, valid = _listed(keys, indices)
+    magnitudes, lse = attend_listed(q, listed, valid, softmax_scale, d_v, absolute_values=True)
+    return with_sink(magnitudes, lse, sink)[0]
+
+
+def _listed(keys: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each entry's key ``(n, topk, d)`` float64, zero where the entry is -1 (the poison of slot 0, read in its
+    place, is never multiplied), and which entries are valid ``(n, topk)``."""
     idx = indices.to(keys.device, torch.long)
     valid = idx >= 0
     listed = keys[torch.where(valid, idx, torch.zeros_like(idx))].double()
-    listed.masked_fill_(~valid[..., None], 0.0)
-    return listed_magnitudes(q, listed, valid, softmax_scale, d_v, sink)
-
-
-def listed_magnitudes(q, listed, valid, softmax_scale, d_v, sink=None) -> torch.Tensor:
-    """``weighted_value_magnitudes`` over keys already listed per entry (``attend_listed``'s arguments)."""
-    magnitudes, lse = attend_listed(q, listed, valid, softmax_scale, d_v, absolute_values=True)
-    return with_sink(magnitudes, lse, sink)[0]
+    return listed.masked_fill_(~valid[..., None], 0.0), valid
 
 
 def attend_listed(q: torch.Tensor, listed: torch.Tensor, valid: torch.Tensor, scale: float, d_v: int,
