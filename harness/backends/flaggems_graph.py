@@ -22,6 +22,8 @@ the session's LSE is None.
 
 import torch
 
+from .flashmla_graph import write_needed_entries
+
 SEQ_LEN_FILL = 1     # the fill value the graph scenario pads seq lens with (SGLang's, flashmla_graph.py)
 
 
@@ -46,8 +48,7 @@ class FlagGemsGraphSession:
 
     def write_table(self, rows_pages: list[torch.Tensor]):
         """Each row's needed entries only, as the engine's kv-indices fill writes them."""
-        for r, pages in enumerate(rows_pages):
-            self.table[r, :len(pages)] = pages.to(self.table.device)
+        write_needed_entries(self.table, rows_pages)
 
     def cache_seqlens(self, bs: int) -> torch.Tensor:
         seq = self.seq_buf[:bs]

@@ -27,6 +27,13 @@ from reference import descale_scalar, quantize_fp8
 from ..building.pool import pages_for
 
 
+def write_needed_entries(table: torch.Tensor, rows_pages: list[torch.Tensor]):
+    """Each row's pages into the captured block table, only as many entries as the row needs: the entries
+    past them keep what earlier steps left, as an engine's kv-indices fill leaves them."""
+    for r, pages in enumerate(rows_pages):
+        table[r, :len(pages)] = pages.to(table.device)
+
+
 class FlashMLAGraphSession:
     SEQ_LEN_FILL = 1   # get_cuda_graph_seq_len_fill_value
 
@@ -68,8 +75,7 @@ class FlashMLAGraphSession:
 
     def write_table(self, rows_pages: list[torch.Tensor]):
         """create_flashmla_kv_indices into the buffer: only each row's needed entries are written."""
-        for r, pages in enumerate(rows_pages):
-            self.table[r, :len(pages)] = pages.to(self.table.device)
+        write_needed_entries(self.table, rows_pages)
 
     def refresh_metadata(self, bs: int):
         cache = self.cache_seqlens(bs)
