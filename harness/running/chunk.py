@@ -31,7 +31,8 @@ from . import resources
 from .phases import PhaseClock, PhaseError
 
 # Cases a chunk may hold: fewer chunks are fewer waits.  On the H200 (2026-12-04, docs/gpu-runs.md) the upstream
-# matrix ran at 363-367 cases/s with 32 and 385 with 64 (4 workers); the byte budget below still bounds a chunk.
+# matrix ran at 363-367 cases/s with 32 and 385 with 64 in one call (4 workers); a later call's runs (360-385)
+# put that within the spread between runs.  The byte budget below still bounds a chunk.
 CHUNK_CASES = 64
 # The estimated peak bytes of a chunk (resources.chunk_bytes): its answers wait for one compare.  On the CPU a
 # chunk's fresh memory is paid for in page faults: make verify's suites took 24-26 s on 2 cores with 2 GiB
