@@ -23,8 +23,9 @@ def test_build_writes_every_slot_of_a_shared_prefix_once(monkeypatch):
                         lambda pool, slots, *rest: (written.append(slots.clone()), real(pool, slots, *rest)))
     for case in _radix_cases():
         written.clear()
-        build(case, "cpu")
+        num_slots = build(case, "cpu").inputs.num_slots
         (slots,) = written
+        slots = slots[slots < num_slots]          # the padding writes go to the spare page past the pool
         assert slots.unique().numel() == slots.numel(), case.id
         total = cache_seqlens_for(case, draw_seq_lens(case))
         assert slots.numel() < sum(total), f"{case.id} shares no slot: the test would not bite"

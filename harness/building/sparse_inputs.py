@@ -145,20 +145,21 @@ def host_drawn_indices(case: Case, rows: list, layout, host_gen: torch.Generator
     return torch.from_numpy(indices)
 
 
-def batched_indices(case: Case, rows: list, layout, device: torch.device) -> torch.Tensor:
-    """The ``batched`` pattern: every row's key set in one draw on ``device``, as FlashMLA's tests draw
+def batched_indices(case: Case, width: int, seen: torch.Tensor, owner: torch.Tensor,
+                    req_to_token: torch.Tensor) -> torch.Tensor:
+    """The ``batched`` pattern: every row's key set in one draw on the device, as FlashMLA's tests draw
     theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
-    row's positions), mapped to slots through ``req_to_token``.  ``(rows, topk)`` int32, on ``device``.
-    No per-row host work: FlashMLA's matrix has 1.3 million query rows."""
-    seen = torch.tensor([n for _, n in rows], dtype=torch.long).to(device)
-    owner = layout.req_pool_indices[[r for r, _ in rows]].long().to(device)
-    width = max(max(n for _, n in rows), case.topk)
+    row's positions), mapped to slots through ``req_to_token``.  ``seen`` and ``owner`` (each row's tokens
+    seen and ``req_to_token`` row) and ``req_to_token`` on the device; ``width``: the most tokens a row
+    sees, or topk if more.  ``(rows, topk)`` int32.  No per-row host work (FlashMLA's matrix has 1.3 million
+    query rows), and no wait."""
+    device = seen.device
     gen = torch.Generator(device=device).manual_seed(case.seed + 3)
-    keys = torch.rand(len(rows), width, generator=gen, device=device)
+    keys = torch.rand(len(seen), width, generator=gen, device=device)
     keys.masked_fill_(torch.arange(width, device=device)[None, :] >= seen[:, None], -torch.inf)
     pos = keys.topk(case.topk, dim=-1).indices
     valid = pos < seen[:, None]
-    table = layout.req_to_token.to(device)[owner]                                  # (rows, max_context)
+    table = req_to_token[owner.long()]                                               # (rows, max_context)
     slots = table.gather(1, torch.where(valid, pos, torch.zeros_like(pos)).clamp_max(table.shape[1] - 1))
     return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)
 
@@ -168,14 +169,25 @@ def engine_shape(case: Case) -> int:
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
-def selected(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """Which of the engine's writes (``slots``, from ``write_slots``) are of a token some index selects, on
-    the indices' device.  The others are not written: their records keep the pool's poison, so a kernel that
-    reads a record outside every key set (its own request's included) reads NaN.  A selected record's bytes
-    are the same as with every token written."""
+def selected_writes(indices: torch.Tensor, slots: torch.Tensor, source: torch.Tensor, num_slots: int):
+    """The engine's writes (``slots`` and their ``source`` tokens, from ``write_slots``) of the tokens some
+    index selects, on the indices' device, without waiting for it: in their order, then padded to a length
+    fixed by the shapes alone (no slot is written twice, so at most one write per index entry) with writes
+    to slot ``num_slots``, the spare page past the pool (``build`` poisons it again).  The other tokens are
+    not written: their records keep the pool's poison, so a kernel that reads a record outside every key
+    set (its own request's included) reads NaN.  A selected record's bytes are the same as with every token
+    written."""
     listed = torch.zeros(num_slots + 1, dtype=torch.bool, device=indices.device)
-    listed[indices.reshape(-1).long().clamp_max(num_slots)] = True      # -1 (and past the pool): the last
-    return listed[slots.long()]
+    listed.index_fill_(0, indices.reshape(-1).long().clamp_max(num_slots), True)   # -1 (and past the pool): the last
+    chosen = listed[slots.long()]
+    n = min(len(slots), indices.numel())
+    # each chosen write's place among the chosen; the others all go to cell n, thrown away
+    place = torch.where(chosen, torch.cumsum(chosen, 0) - 1, n)
+    picked = torch.full((n + 1,), -1, dtype=torch.long, device=indices.device)
+    picked.scatter_(0, place, torch.arange(len(slots), device=indices.device))
+    picked = picked[:n]
+    taken = picked.clamp_min(0)
+    return torch.where(picked >= 0, slots[taken], num_slots), source[taken]
 
 
 def build(case: Case, device) -> SparseCase:
@@ -190,28 +202,35 @@ def build(case: Case, device) -> SparseCase:
                       pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
     rows = query_rows(case, seq_lens)
     s_q = engine_shape(case)
-    drawn = batched_indices(case, rows, layout, device) if case.index_pattern == "batched" else None
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
     slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
     pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32), "req_to_token": layout.req_to_token,
             "slots": slots, "source": torch.arange(len(slots), dtype=torch.int32) if source is None else source}
-    if drawn is None:
+    if case.index_pattern == "batched":
+        pack["seen"] = torch.tensor([n for _, n in rows], dtype=torch.int32)
+        pack["owner"] = layout.req_pool_indices[[r for r, _ in rows]].to(torch.int32)
+    else:
         pack["indices"] = host_drawn_indices(case, rows, layout, host_gen)
     sink = sink_for(case, host_gen)
     if sink is not None:
         pack["sink"] = sink.float().view(torch.int32)          # as its bits: one int32 transfer carries all
     sent = to_device_named(pack, device)
-    indices = (drawn if drawn is not None else sent["indices"]).view(len(rows) // s_q, s_q, case.topk)
-    written = selected(indices, sent["slots"], layout.num_pages * case.page_size)
-    slots, source = sent["slots"][written], sent["source"][written]          # the wait, for the mask's size
+    if case.index_pattern == "batched":
+        width = max(max((n for _, n in rows), default=0), case.topk)
+        sent["indices"] = batched_indices(case, width, sent["seen"], sent["owner"], sent["req_to_token"])
+    indices = sent["indices"].view(len(rows) // s_q, s_q, case.topk)
+    num_slots = layout.num_pages * case.page_size
+    slots, source = selected_writes(indices, sent["slots"], sent["source"], num_slots)
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
-    pool = guarded((layout.num_pages, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    write_records(pool, slots, quantize(tokens[source.long()], fmt, case.kv_scales), fmt, case.page_size)
+    # one spare page past the pool takes the padding writes, and is poisoned again after them
+    pages = guarded((layout.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
+    write_records(pages, slots, quantize(tokens[source.long()], fmt, case.kv_scales), fmt, case.page_size)
+    pages[layout.num_pages].fill_(POISON_BYTE)
     inputs = SparseInputs(
-        q=q, kv_pool=pool[:, :case.page_size * fmt.bytes_per_token].view(
+        q=q, kv_pool=pages[:layout.num_pages, :case.page_size * fmt.bytes_per_token].view(
             layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
         indices=indices, cache_seqlens=sent["cache_seqlens"],
         attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
