@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import compare_kernel
 from .checks import Kind
 from .tolerances import Bound
 
@@ -93,22 +94,40 @@ def check_tensor(name: str, actual: torch.Tensor, expected: torch.Tensor, bound:
 
 
 def check_tensors(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
-    """``check_tensor`` for many pairs at once (one per case of a chunk): one device-to-host transfer per
-    group of pairs of one size."""
-    results = _check_values(name, pairs, bound)
-    for res, p in zip(results, pairs):
-        if p.expected_dtype is not None:
-            actual_dtype = p.actual.dtype if p.actual_dtype is None else p.actual_dtype
-            res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(p.expected_dtype)
-            if actual_dtype != p.expected_dtype:
-                res.failures.insert(0, Kind.DTYPE.value)
-                res.passed = False
+    """``check_tensor`` for many pairs at once (one per case of a chunk): one device-to-host transfer."""
+    return check_batches([(name, pairs, bound)])[0]
+
+
+def check_batches(batches: list[tuple[str, list[Pair], Bound]]) -> list[list[TensorCheck]]:
+    """``check_tensors`` for each ``(name, pairs, bound)``, with one device-to-host transfer for them all:
+    a chunk's comparisons wait for the device once, not once per group (each wait stalls a worker while
+    the other workers hold the GPU)."""
+    results, queued = [], []                    # queued: (checks to fill, their bound, device statistics)
+    for name, pairs, bound in batches:
+        checks, statistics = _check_values(name, pairs, bound)
+        results.append(checks)
+        queued += [(group, bound, stats) for group, stats in statistics]
+    if queued:
+        device = queued[0][2].device
+        rows = iter(torch.cat([stats.to(device) for _, _, stats in queued]).tolist())     # the one transfer
+        for group, bound, _ in queued:
+            for check in group:
+                _fill(check, next(rows), bound)
+    for checks, (_, pairs, _) in zip(results, batches):
+        for res, p in zip(checks, pairs):
+            if p.expected_dtype is not None:
+                actual_dtype = p.actual.dtype if p.actual_dtype is None else p.actual_dtype
+                res.dtype, res.expected_dtype = dtype_name(actual_dtype), dtype_name(p.expected_dtype)
+                if actual_dtype != p.expected_dtype:
+                    res.failures.insert(0, Kind.DTYPE.value)
+                    res.passed = False
     return results
 
 
-def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorCheck]:
-    """The value checks of every pair: pairs of one size stacked as the rows of a group, element-wise
-    work on the whole group, reductions along its rows, and one transfer per group.
+def _check_values(name: str, pairs: list[Pair], bound: Bound) -> tuple[list[TensorCheck], list[tuple]]:
+    """Every pair's check, its values still to fill, and ``(checks, statistics)`` per group: pairs of one
+    size stacked as the rows of a group, element-wise work on the whole group, reductions along its rows,
+    and each check's row of statistics on the device (``_statistics``), not yet read.
 
     A pair's numbers never depend on the others beside it: a group of pairs of ``n`` elements always
     has ``group_rows(n)`` rows (spare ones zero and thrown away), so a row is reduced the same way
@@ -131,10 +150,9 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> list[TensorChec
     if len(devices) > 1:
         raise ValueError(f"pairs compared together must have their expected values on one device, got {devices}")
     device = next(iter(devices), torch.device("cpu"))
-    for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], device):
-        for i, row in zip(group, _statistics([pairs[i] for i in group], rows, bound)):
-            _fill(results[i], row, bound)
-    return results
+    statistics = [([results[i] for i in group], _statistics([pairs[i] for i in group], rows, bound))
+                  for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], device)]
+    return results, statistics
 
 
 ROW_ALIGN = 64                  # elements
@@ -157,20 +175,32 @@ def _groups(todo: list[int], sizes: list[int], device: torch.device) -> list[tup
             for rows in [group_rows(n, device)] for k in range(0, len(members), rows)]
 
 
-def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
-    """Each pair's row of statistics (see ``_fill``), in one transfer: the pairs, all of one size,
-    are the first rows of a ``rows``-row group."""
-    device, n = pairs[0].expected.device, pairs[0].expected.numel()
+def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> torch.Tensor:
+    """Each pair's row of statistics (see ``_fill``) ``(len(pairs), columns)`` float64, on the device: the
+    pairs, all of one size, are the first rows of a ``rows``-row group.  On CUDA one Triton pass
+    (``compare_kernel``), elsewhere PyTorch's (``_statistics_torch``)."""
+    n = pairs[0].expected.numel()
     # a row's reduction reads its start's alignment (vectorised loads): rows start 512-byte aligned
     width = -(-n // ROW_ALIGN) * ROW_ALIGN
     a, e = (_stacked([getattr(pair, side) for pair in pairs], rows, width) for side in ("actual", "expected"))
-    zero = torch.zeros((), dtype=torch.float64, device=device)
+    fused = compare_kernel.statistics(a, e, bound.atol, bound.rtol)
+    sums, top, where = fused if fused is not None else _statistics_torch(a, e, bound)
+    at = torch.stack([where[:, 0], where[:, 3]], dim=1)                    # worst, first mismatch
+    stats = torch.cat([sums, top, where.double(), a.gather(1, at), e.gather(1, at)], dim=1)
+    return stats[:len(pairs)]
+
+
+def _statistics_torch(a: torch.Tensor, e: torch.Tensor, bound: Bound) -> tuple:
+    """``(sums (rows, 6), maxima (rows, 4), first places (rows, 4))`` of each row of ``a`` and ``e``: the
+    columns of ``_Statistics`` that are summed, maximised, and where each maximum first occurs."""
+    rows, width = a.shape
+    zero = torch.zeros((), dtype=torch.float64, device=a.device)
     # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
     finite = ((a - a) == 0) & ((e - e) == 0)
     # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
     same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
-    summed = torch.empty(6, rows, width, dtype=torch.float64, device=device)   # summed per pair: _Statistics
-    maxed = torch.empty(4, rows, width, dtype=torch.float64, device=device)    # maximised per pair
+    summed = torch.empty(6, rows, width, dtype=torch.float64, device=a.device)   # summed per pair: _Statistics
+    maxed = torch.empty(4, rows, width, dtype=torch.float64, device=a.device)    # maximised per pair
     af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
     torch.where(finite, a, zero, out=af)
     torch.where(finite, e, zero, out=ef)
@@ -186,9 +216,7 @@ def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> list[list]:
     torch.gt(ratio, 1, out=summed[5])
     # (4, rows); ties give the first position, so a zero tail (after the real elements, all >= 0) never wins
     top, where = maxed.max(dim=2)
-    at = torch.stack([where[0], where[3]], dim=1)                          # worst, first mismatch
-    stats = torch.cat([summed.sum(dim=2).T, top.T, where.T.double(), a.gather(1, at), e.gather(1, at)], dim=1)
-    return stats[:len(pairs)].tolist()                                     # the one transfer
+    return summed.sum(dim=2).T, top.T, where.T
 
 
 def _stacked(tensors: list[torch.Tensor], rows: int, width: int) -> torch.Tensor:

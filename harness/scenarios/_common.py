@@ -14,7 +14,7 @@ from ..building.pool import validate_block_table, validate_token_slots
 from ..errors import RejectedOutput
 from ..judging import diagnostics, oracle
 from ..judging.checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
-from ..judging.compare import Pair, check_tensors, describe_failure, expected_lse_for, missing
+from ..judging.compare import Pair, check_batches, check_tensors, describe_failure, expected_lse_for, missing
 from ..judging.conventions import at_fixed_parameters, kernel_view
 from ..judging.integrity import Witness, changed_flags
 from ..judging.tolerances import TOLERANCES, Tolerance
@@ -191,7 +191,7 @@ def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
 
 def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
     """Run the oracles the answers still need (together) and compare them all at once (one device-to-host
-    transfer per group of same-size tensors), and build their outcomes.  ``timing`` gets the host
+    transfer for every comparison), and build their outcomes.  ``timing`` gets the host
     milliseconds of ``oracle`` and ``compare``.  It always waits for the device, whoever calls it: it
     reads the answers back (the one wait of a chunk whose cases do not wait around their kernels).
 
@@ -223,9 +223,10 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
                 elif pair is not None:
                     pair.name = name
                     checks[i][name] = pair
-        for (name, bound), items in batches.items():
-            for (i, _), check in zip(items, check_tensors(name, [p for _, p in items], bound)):
-                checks[i][name] = check
+        checked = check_batches([(name, [p for _, p in items], bound) for (name, bound), items in batches.items()])
+        for items, batch in zip(batches.values(), checked):
+            for (i, _), check in zip(items, batch):
+                checks[i][check.name] = check
         samples = out_samples([(a.case.seed, a.out) for a in answers])
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i]) for i, a in enumerate(answers)]

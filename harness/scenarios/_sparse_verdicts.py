@@ -1,10 +1,10 @@
-"""A chunk's sparse answers judged together: the oracles, one transfer per group of same-size tensors.
+"""A chunk's sparse answers judged together: the oracles, and one transfer for every comparison.
 
 Per chunk, not per case: the witnesses' changed flags are read once, first (a kernel that changed its
 inputs is not compared: the oracle would read the changed inputs, and a changed index could send its
 gather out of bounds); the oracles are queued case by case (``sparse_oracle.start_views``), the flags
 that say whether two views' keys are equal read in one transfer; the comparisons go through
-``compare.check_tensors`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones.  A
+``compare.check_batches`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones.  A
 case's numbers are those it gets alone (``compare.check_tensors``), so its row is the same in any chunk.
 """
 
@@ -16,7 +16,7 @@ import torch
 from ..building.sparse_inputs import SparseCase
 from ..judging import weight_rounding
 from ..judging.checks import INPUTS_UNCHANGED, tensor_check
-from ..judging.compare import Pair, check_tensors, describe_failure, expected_lse_for
+from ..judging.compare import Pair, check_batches, describe_failure, expected_lse_for
 from ..judging.integrity import Witness, changed_flags
 from ..judging.sparse_oracle import finish_views, start_views, weighted_value_magnitudes
 from ..judging.tolerances import TOLERANCES
@@ -100,7 +100,7 @@ def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
                 placed.append((name, len(batches[name]) - 1))
             per_view.append(placed)
         slots.append(per_view)
-    done = {name: check_tensors(name, pairs, bounds[name]) for name, pairs in batches.items()}
+    done = dict(zip(batches, check_batches([(name, pairs, bounds[name]) for name, pairs in batches.items()])))
     return [([done[n][i] for n, i in per_view[0]], [done[n][i] for n, i in per_view[1]] if len(per_view) > 1
              else []) for per_view in slots]
 

@@ -1,0 +1,134 @@
+"""The comparison's statistics in one pass on CUDA: a Triton kernel for ``compare._statistics``.
+
+``compare._statistics`` in PyTorch makes about thirty passes over a group's float64 elements (every
+element-wise step and reduction is a launch of its own, with a temporary the group's size); on the H200
+that was a quarter of the upstream matrices' device time (docs/gpu-runs.md).  Here each program reads a
+fixed ``SEGMENT`` of one row once and writes its partial sums, maxima and the first place of each maximum;
+a few PyTorch reductions over the segments finish them.
+
+A row's numbers depend only on the row: its segments are fixed by its width, each program adds its
+blocks in one order, and the segments are reduced along a dimension fixed by the width too.  So, as in
+PyTorch, a pair checked in a chunk gets the bits it gets alone.  The two forms may differ in a sum's last
+bits (another order of addition, and the compiler may fuse a multiply-add); counts, maxima and their
+places are the same element by element (``tests/test_compare.py``).  Where Triton does not import, or
+off CUDA, ``statistics`` returns None and PyTorch's form runs.
+"""
+
+import functools
+import struct
+
+import torch
+
+SEGMENT = 1 << 14                 # elements of one row a program reads
+BLOCK = 1024                      # elements a program handles at a time
+SUMS, MAXIMA = 6, 4               # the columns of compare._Statistics: summed, then maximised
+
+
+def statistics(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float):
+    """``(sums (rows, 6), maxima (rows, 4), first places (rows, 4) int64)`` of the finite-part products,
+    the mismatch and violation counts, and the ratio / error / relative error / mismatch maxima of each row
+    of ``a`` and ``e`` ``(rows, width)`` float64, as ``compare._statistics`` defines them; or None where the
+    kernel cannot run (PyTorch's form then)."""
+    kernel = _triton_kernel() if a.is_cuda else None
+    return None if kernel is None else run(kernel, a, e, atol, rtol)
+
+
+def warm_up(device):
+    """Launch the kernel once on a row of zeros, in a worker's warm-up rather than its first chunk (its
+    first launch in a process loads or builds the binary).  Every width the comparison uses is a multiple
+    of 64 (``compare.ROW_ALIGN``), so this one launch readies the variant every later one uses."""
+    zeros = torch.zeros(1, 64, dtype=torch.float64, device=device)
+    statistics(zeros, zeros, 1.0, 1.0)
+
+
+def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple:
+    """``statistics`` with this kernel (the tests run it under Triton's interpreter too)."""
+    rows, width = a.shape
+    segments = -(-width // SEGMENT)
+    sums = torch.empty(rows, segments, SUMS, dtype=torch.float64, device=a.device)
+    maxima = torch.empty(rows, segments, MAXIMA, dtype=torch.float64, device=a.device)
+    places = torch.empty(rows, segments, MAXIMA, dtype=torch.int64, device=a.device)
+    kernel[(rows, segments)](a, e, sums, maxima, places, width, _bits(atol), _bits(rtol),
+                             SEGMENT=SEGMENT, BLOCK=BLOCK)
+    top = maxima.amax(dim=1)                                               # (rows, 4)
+    # the first place of each maximum: the smallest place among the segments that reach it
+    first = torch.where(maxima == top[:, None, :], places, torch.iinfo(torch.int64).max).amin(dim=1)
+    return sums.sum(dim=1), top, first
+
+
+def _bits(x: float) -> int:
+    """A float64's bits as an int64: Triton passes a Python float as float32, which would round the bound."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
+@functools.cache
+def _triton_kernel():
+    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
+    does not import."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:        # no Triton, or one that does not load here
+        return None
+
+    # the bounds' bits are not specialised (their divisibility would make a variant per bound)
+    @triton.jit(do_not_specialize=["atol_bits", "rtol_bits"])
+    def segment_statistics(a_ptr, e_ptr, sums_ptr, maxima_ptr, places_ptr, width, atol_bits, rtol_bits,
+                           SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
+        atol = atol_bits.to(tl.int64).to(tl.float64, bitcast=True)
+        rtol = rtol_bits.to(tl.int64).to(tl.float64, bitcast=True)
+        row, segment = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+        segments = tl.num_programs(1).to(tl.int64)
+        zero = tl.zeros((), dtype=tl.float64)
+        aa, ee, ae, dd, mismatches, violations = zero, zero, zero, zero, zero, zero
+        best_ratio, best_err, best_rel, best_mismatch = zero - 1, zero - 1, zero - 1, zero - 1
+        at_ratio, at_err, at_rel, at_mismatch = row * 0, row * 0, row * 0, row * 0
+        for start in range(0, tl.minimum(SEGMENT, width - segment * SEGMENT), BLOCK):
+            first = segment * SEGMENT + start
+            place = first + tl.arange(0, BLOCK)
+            inside = place < width
+            a = tl.load(a_ptr + row * width + place, mask=inside, other=0.0)
+            e = tl.load(e_ptr + row * width + place, mask=inside, other=0.0)
+            finite = (tl.abs(a) < float("inf")) & (tl.abs(e) < float("inf"))      # false for NaN and +-inf
+            same = finite | (a == e) | ((a != a) & (e != e))  # NaN/inf positions match
+            af, ef = tl.where(finite, a, 0.0), tl.where(finite, e, 0.0)
+            err = tl.abs(af - ef)
+            ratio = err / (tl.abs(ef) * rtol + atol)
+            rel = err / tl.maximum(tl.abs(ef), 1e-30)
+            mismatch = tl.where(same, 0.0, 1.0).to(tl.float64)
+            aa += tl.sum(af * af)
+            ee += tl.sum(ef * ef)
+            ae += tl.sum(af * ef)
+            dd += tl.sum(err * err)
+            mismatches += tl.sum(mismatch)
+            violations += tl.sum(tl.where(ratio > 1, 1.0, 0.0).to(tl.float64))
+            v, i = tl.max(ratio, 0, return_indices=True, return_indices_tie_break_left=True)
+            at_ratio = tl.where(v > best_ratio, first + i, at_ratio)      # a tie keeps the earlier place
+            best_ratio = tl.maximum(v, best_ratio)
+            v, i = tl.max(err, 0, return_indices=True, return_indices_tie_break_left=True)
+            at_err = tl.where(v > best_err, first + i, at_err)
+            best_err = tl.maximum(v, best_err)
+            v, i = tl.max(rel, 0, return_indices=True, return_indices_tie_break_left=True)
+            at_rel = tl.where(v > best_rel, first + i, at_rel)
+            best_rel = tl.maximum(v, best_rel)
+            v, i = tl.max(mismatch, 0, return_indices=True, return_indices_tie_break_left=True)
+            at_mismatch = tl.where(v > best_mismatch, first + i, at_mismatch)
+            best_mismatch = tl.maximum(v, best_mismatch)
+        out = row * segments + segment
+        sums = sums_ptr + out * 6
+        tl.store(sums + 0, aa)
+        tl.store(sums + 1, ee)
+        tl.store(sums + 2, ae)
+        tl.store(sums + 3, dd)
+        tl.store(sums + 4, mismatches)
+        tl.store(sums + 5, violations)
+        tl.store(maxima_ptr + out * 4 + 0, best_ratio)
+        tl.store(maxima_ptr + out * 4 + 1, best_err)
+        tl.store(maxima_ptr + out * 4 + 2, best_rel)
+        tl.store(maxima_ptr + out * 4 + 3, best_mismatch)
+        tl.store(places_ptr + out * 4 + 0, at_ratio)
+        tl.store(places_ptr + out * 4 + 1, at_err)
+        tl.store(places_ptr + out * 4 + 2, at_rel)
+        tl.store(places_ptr + out * 4 + 3, at_mismatch)
+
+    return segment_statistics

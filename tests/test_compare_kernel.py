@@ -1,0 +1,77 @@
+"""The comparison's one-pass statistics (``harness/judging/compare_kernel.py``) against PyTorch's form
+(``compare._statistics_torch``): the same counts, maxima and places of each maximum, and sums equal to
+float64 rounding.  On CUDA the compiled kernel; on the CPU the same kernel under Triton's interpreter (a
+subprocess: the flag is read when Triton loads)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+CHECK = textwrap.dedent("""
+    import torch
+    from harness.judging import compare, compare_kernel
+    from harness.judging.tolerances import Bound
+
+    def rows_to_check(device):
+        gen = torch.Generator().manual_seed(5)
+        for width in (64, 1000, 16384, 16448, 40000):
+            e = torch.randn(3, width, generator=gen, dtype=torch.float64)
+            a = e + torch.randn(3, width, generator=gen, dtype=torch.float64) * 1e-3
+            a[0, 5] = e[0, 5] = float("nan")             # NaN on both sides: no mismatch
+            a[1, 7] = e[1, 7] = float("inf")             # inf on both: none either
+            a[2, width // 2] = float("nan")              # a mismatch, and a second one after it
+            e[2, width - 1] = float("-inf")
+            a[1, width - 10:] = 0                        # a tail of zeros (exact, below every maximum)
+            e[1, width - 10:] = 0
+            a[0, width // 3] = e[0, width // 3] + 5      # a clear worst element, far from a tie
+            yield width, a.to(device), e.to(device)
+
+    def disagreements(device, kernel):
+        bound = Bound(atol=1e-3, rtol=1e-2, cos_diff=1e-5)
+        found = []
+        for width, a, e in rows_to_check(device):
+            sums, top, first = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
+            sums_t, top_t, first_t = compare._statistics_torch(a, e, bound)
+            if not torch.equal(first.cpu(), first_t.cpu()):
+                found.append(f"width {width}: places {first.tolist()} != {first_t.tolist()}")
+            if not torch.equal(sums[:, 4:].cpu(), sums_t[:, 4:].cpu()):
+                found.append(f"width {width}: counts {sums[:, 4:].tolist()} != {sums_t[:, 4:].tolist()}")
+            if not torch.allclose(top.cpu(), top_t.cpu(), rtol=1e-14, atol=0):
+                found.append(f"width {width}: maxima {top.tolist()} != {top_t.tolist()}")
+            if not torch.allclose(sums[:, :4].cpu(), sums_t[:, :4].cpu(), rtol=1e-12, atol=0):
+                found.append(f"width {width}: sums {sums[:, :4].tolist()} != {sums_t[:, :4].tolist()}")
+            if not (top[2, 3] == 1 and first[2, 3] == width // 2 and first[0, 0] == width // 3):
+                found.append(f"width {width}: the planted mismatch or worst element was not found")
+        return found
+""")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
+def test_the_one_pass_statistics_equal_pytorchs_on_cuda():
+    from harness.judging import compare_kernel
+    kernel = compare_kernel._triton_kernel()
+    assert kernel is not None, "Triton does not load on this CUDA box"
+    space = {}
+    exec(CHECK, space)
+    assert space["disagreements"]("cuda", kernel) == []
+
+
+def test_the_one_pass_statistics_equal_pytorchs_under_the_interpreter():
+    pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
+    script = CHECK + textwrap.dedent("""
+        from harness.judging import compare_kernel
+        kernel = compare_kernel._triton_kernel()
+        assert kernel is not None, "triton does not load"
+        print(disagreements("cpu", kernel) or "equal")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
+        pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.stdout.strip() == "equal", (done.stdout + done.stderr)[-3000:]
