@@ -31,6 +31,17 @@ def block_sums(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
         kernel[(triton_cdiv(n, ROWS_PER_PROGRAM),)](rows, weights, out, n, WORDS=words, ROWS=ROWS_PER_PROGRAM)
 
 
+def warm_up(weights: torch.Tensor):
+    """Launch the Triton kernel once, on rows of zeros (nothing is kept): its first launch in a process
+    hashes Triton's own sources and loads (or builds) the binary, about half a second on the H200
+    (docs/gpu-runs.md), which a worker would otherwise pay in its first chunk.  No-op without Triton."""
+    kernel = _triton_kernel() if weights.is_cuda else None
+    if kernel is not None:
+        rows = torch.zeros(ROWS_PER_PROGRAM, weights.numel(), dtype=torch.int64, device=weights.device)
+        out = torch.empty(ROWS_PER_PROGRAM, dtype=torch.int64, device=weights.device)
+        kernel[(1,)](rows, weights, out, ROWS_PER_PROGRAM, WORDS=weights.numel(), ROWS=ROWS_PER_PROGRAM)
+
+
 def block_sums_torch(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
     for k in range(0, rows.shape[0], SLICE_ROWS):
         torch.sum(rows[k:k + SLICE_ROWS] * weights, dim=1, out=out[k:k + SLICE_ROWS])

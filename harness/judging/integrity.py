@@ -26,6 +26,7 @@ import torch
 
 from reference import as_bits
 
+from . import block_hash
 from .block_hash import block_sums
 
 GUARD_BYTES = 4096                  # each side; a multiple of every element size and of 512 (alignment)
@@ -67,6 +68,11 @@ def _weights(device) -> torch.Tensor:
         w = torch.randint(-(2 ** 62), 2 ** 62, (_WORDS,), generator=gen, dtype=torch.int64) * 2 + 1
         _WEIGHTS[key] = w.to(device)
     return _WEIGHTS[key]
+
+
+def warm_up(device):
+    """Ready the witness's device hash (``block_hash.warm_up``) before the first case: a worker's warm-up."""
+    block_hash.warm_up(_weights(device))
 
 
 @dataclass

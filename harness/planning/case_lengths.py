@@ -27,7 +27,10 @@ def _drawn_seq_lens(case: Case) -> tuple:
 
 def cache_seqlens_for(case: Case, seq_lens: list[int]) -> list[int]:
     """What FlashMLA is given: verify adds the draft tokens (``seq_lens + num_draft_tokens``)."""
-    return [n + case.s_q for n in seq_lens] if case.mode == "verify" else list(seq_lens)
+    if case.mode != "verify":
+        return list(seq_lens)
+    drafts = case.s_q                   # a property: read once, not per request
+    return [n + drafts for n in seq_lens]
 
 
 
