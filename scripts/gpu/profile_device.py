@@ -42,7 +42,12 @@ for module in list(sys.modules.values()):                  # every module that i
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
 torch.cuda.synchronize()
-print(f"{len(cases)} cases matching '{wanted}'")
+averages = prof.key_averages()
+on_device = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA and not e.key.startswith("phase:")]
+launches, device_us = sum(e.count for e in on_device), sum(e.self_device_time_total for e in on_device)
+print(f"{len(cases)} cases matching '{wanted}': {launches} device operations (kernels, copies, fills), "
+      f"{launches / len(cases):.0f} a case; {device_us / 1e3:.1f} ms of device time, "
+      f"{device_us / len(cases):.0f} us a case, {device_us / max(launches, 1):.1f} us an operation")
 print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=110))
 print(prof.key_averages(group_by_input_shape=False).table(sort_by="cuda_time_total", row_limit=12,
                                                           max_name_column_width=60))

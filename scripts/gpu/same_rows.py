@@ -1,18 +1,24 @@
 """Do two results files hold the same rows, apart from timings?  Prints the first differences.
 
-Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl  (exit 0: identical, 1: they differ)
+Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...]  (exit 0: identical, 1: they differ)
+--ignore: keys compared to 12 significant digits only, e.g. ``cos_diff,rel_l2`` between trees whose sums
+add in another order (a float64 sum's last bits).
 """
 import sys
 
 from harness.recording.results import read_rows
 
 TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms"}
+ROUNDED = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[3] == "--ignore" else set()
 
 
 def differences(x, y, where=""):
     if isinstance(x, dict) and isinstance(y, dict):
         for key in sorted(set(x) | set(y)):
-            if key not in TIMINGS:
+            if key in ROUNDED and isinstance(x.get(key), float) and isinstance(y.get(key), float):
+                if f"{x[key]:.12g}" != f"{y[key]:.12g}":
+                    yield f"{where}.{key}: {x[key]!r} != {y[key]!r} (to 12 digits)"
+            elif key not in TIMINGS:
                 yield from differences(x.get(key), y.get(key), f"{where}.{key}")
     elif x != y:
         yield f"{where}: {str(x)[:80]} != {str(y)[:80]}"
