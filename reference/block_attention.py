@@ -102,15 +102,9 @@ def run_block(block, problems, results, runs, lengths, limits, compute_dtype, sh
     if shortest < n_keys:
         padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
         as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(padding[:, :, None], 0)
-    # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy.  With
-    # one KV head (MLA) the gathered keys are in that order already: a contiguous widening, which CUDA does
-    # with a faster kernel than a strided one (scripts/gpu/widening.py)
-    gathered = pages.to(device).view(rows, n_keys, h_kv, d_qk)
-    if h_kv == 1:
-        keys = gathered.to(compute_dtype).view(rows, 1, n_keys, d_qk)
-    else:
-        keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
-        keys.copy_(gathered.permute(0, 2, 1, 3))
+    # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
+    keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
+    keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
     if is_fp8(first.kv_pool.dtype):
         keys.mul_(1.0 if first.descale_k is None else float(first.descale_k))     # as read_as dequantises
     elif first.descale_k is not None:
