@@ -5,6 +5,7 @@ Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...]  (exit
 add in another order (a float64 sum's last bits).
 """
 import sys
+from collections import Counter
 
 from harness.recording.results import read_rows
 
@@ -29,5 +30,7 @@ b = {r["case_id"]: r for r in read_rows(sys.argv[2])}
 found = [f"{k}: only in one file" for k in sorted(set(a) ^ set(b))]
 found += [d for k in sorted(set(a) & set(b)) for d in differences(a[k], b[k], k)]
 print(f"{len(a)} and {len(b)} rows; {len(found)} difference(s)")
+if found:       # which fields differ, by their last key: rows that differ in a sum's last bits name cos_diff only
+    print("by field:", dict(Counter(d.split(": ", 1)[0].rsplit(".", 1)[-1] for d in found)))
 print("\n".join(found[:20]))
 sys.exit(1 if found else 0)
