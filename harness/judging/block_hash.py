@@ -33,8 +33,8 @@ def block_sums(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
 
 def warm_up(weights: torch.Tensor):
     """Launch the Triton kernel once, on rows of zeros (nothing is kept): its first launch in a process
-    hashes Triton's own sources and loads (or builds) the binary, about half a second on the H200
-    (docs/gpu-runs.md), which a worker would otherwise pay in its first chunk.  No-op without Triton."""
+    hashes Triton's own sources and loads (or builds) the binary (0.57 s under cProfile on the
+    H200, docs/gpu-runs.md), which a worker would otherwise pay in its first chunk.  No-op without Triton."""
     kernel = _triton_kernel() if weights.is_cuda else None
     if kernel is not None:
         rows = torch.zeros(ROWS_PER_PROGRAM, weights.numel(), dtype=torch.int64, device=weights.device)
