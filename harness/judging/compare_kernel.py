@@ -16,6 +16,7 @@ Triton does not import, or off CUDA, ``statistics`` returns None and PyTorch's f
 
 import functools
 import struct
+import sys
 
 import torch
 
@@ -29,16 +30,34 @@ def statistics(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float):
     the mismatch and violation counts, and the ratio / error / relative error / mismatch maxima of each row
     of ``a`` and ``e`` ``(rows, width)`` float64, as ``compare._statistics`` defines them; or None where the
     kernel cannot run (PyTorch's form then)."""
-    kernel = _triton_kernel() if a.is_cuda else None
+    kernel = usable_kernel(str(a.device)) if a.is_cuda else None
     return None if kernel is None else run(kernel, a, e, atol, rtol)
 
 
 def warm_up(device):
-    """Launch the kernel once on a row of zeros, in a worker's warm-up rather than its first chunk (its
-    first launch in a process loads or builds the binary).  Every width the comparison uses is a multiple
-    of 64 (``compare.ROW_ALIGN``), so this one launch readies the variant every later one uses."""
+    """Ready the kernel in a worker's warm-up rather than its first chunk (its first launch in a process
+    loads or builds the binary): ``usable_kernel``'s launch.  Every width the comparison uses is a multiple
+    of 64 (``compare.ROW_ALIGN``), so that launch readies the variant every later one uses."""
+    usable_kernel(str(torch.empty(0, device=device).device))      # "cuda" named as a tensor's device: cuda:0
+
+
+@functools.cache
+def usable_kernel(device: str):
+    """The kernel, once it has built and run on ``device`` (a row of zeros); None where Triton does not
+    import, or where this Triton cannot build it: then one warning line, and PyTorch's form runs (the same
+    checks, slower), so a Triton the kernel was not tried with costs speed, never a verdict."""
+    kernel = _triton_kernel()
+    if kernel is None:
+        return None
     zeros = torch.zeros(1, 64, dtype=torch.float64, device=device)
-    statistics(zeros, zeros, 1.0, 1.0)
+    try:
+        run(kernel, zeros, zeros, 1.0, 1.0)
+    except Exception as error:      # a compiler error, of whatever class this Triton raises
+        line = (str(error).strip().splitlines() or [""])[0][:200]
+        print(f"mla-verify: warning: the comparison's Triton kernel does not build on {device} "
+              f"({type(error).__name__}: {line}); comparing with PyTorch's form", file=sys.stderr)
+        return None
+    return kernel
 
 
 def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple:
@@ -94,7 +113,7 @@ def _triton_kernel():
             af, ef = tl.where(finite, a, 0.0), tl.where(finite, e, 0.0)
             err = tl.abs(af - ef)
             ratio = err / (tl.abs(ef) * rtol + atol)
-            rel = err / tl.maximum(tl.abs(ef), 1e-30)
+            rel = err / tl.maximum(tl.abs(ef), tl.full([BLOCK], 1e-30, tl.float64))  # a bare 1e-30: float32
             mismatch = tl.where(same, 0.0, 1.0).to(tl.float64)
             aa += tl.sum(af * af)
             ee += tl.sum(ef * ef)
