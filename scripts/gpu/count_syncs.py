@@ -41,7 +41,6 @@ def record(message, category, filename, lineno, file=None, line=None):
 
 plan = chunk.plan(cases)
 torch.cuda.set_sync_debug_mode("warn")
-warnings.showwarning = record
 with warnings.catch_warnings():
     warnings.simplefilter("always")
     warnings.showwarning = record
