@@ -56,8 +56,8 @@ def start_views(case: SparseCase, views: tuple) -> PendingViews:
     first's (a device flag: ``finish_views`` is told it)."""
     if not 1 <= len(views) <= 2:
         raise ValueError(f"one or two views, not {views}")
-    answer, agree = _attend(case, views[0])
-    return PendingViews(case, views, {views[0]: answer}, agree if len(views) == 2 else None)
+    answer, agree = _attend(case, views[0], agreement=len(views) == 2)
+    return PendingViews(case, views, {views[0]: answer}, agree)
 
 
 def finish_views(pending: PendingViews, same: bool) -> dict:
@@ -77,10 +77,12 @@ def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -
     return _attend(case, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d_v)
 
 
-def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magnitudes: bool = False):
+def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magnitudes: bool = False,
+            agreement: bool = False):
     """``((out (n, s_q, heads, d_v), lse (n, heads, s_q)), agree)`` of the flattened query ``rows`` (all by
     default; then out is ``(len(rows), 1, heads, d_v)``), float64; ``magnitudes``: ``sum p |V|`` in place of
-    out.  ``agree``: a device bool, whether every listed scale lets the two views agree."""
+    out.  ``agree`` (asked for with ``agreement``, else None): a device bool, whether every listed scale lets
+    the two views agree."""
     inputs, fmt = case.inputs, case.inputs.fmt
     n, s_q, heads, d = inputs.q.shape
     q = inputs.q.reshape(n * s_q, heads, d)
@@ -89,7 +91,7 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
         q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
     out, lse = empty_answers(n * s_q, heads, inputs.d_v, q.device)
-    agree = torch.ones((), dtype=torch.bool, device=q.device)
+    agree = torch.ones((), dtype=torch.bool, device=q.device) if agreement else None
     for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
         idx = listed[r0:r1].long()
         valid = idx >= 0
@@ -98,6 +100,7 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
         keys = dequantize(records, fmt, view).view(r1 - r0, inputs.topk, d)
         out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
                                                absolute_values=magnitudes)
-        agree &= views_agree(records.scales, zeroed)
+        if agreement:
+            agree &= views_agree(records.scales, zeroed)
     out, lse = with_sink(out, lse, inputs.attn_sink)
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree
