@@ -23,6 +23,7 @@ import torch
 
 from ..building.pool import token_index
 from ..errors import InputError
+from .graph_capture import captured
 
 SEQ_LEN_FILL = 1     # FlashInferMLAAttnBackend / TritonAttnBackend.get_cuda_graph_seq_len_fill_value
 
@@ -135,14 +136,7 @@ class TokenGraphSession:
         self.bs = bs
         self.set_batch(bs, None, [SEQ_LEN_FILL] * bs)
         self.fill(capture=True)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self.forward()                    # warm-up outside the graph (Triton JIT, lazy init)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.captured = self.forward()
+        self.graph, self.captured = captured(self.forward)               # Triton's JIT runs before it
 
     def prepare(self, q_real: torch.Tensor, seq_lens_padded, rows_pages=None):
         """One step's host side: input buffers, then ``init_forward_metadata_out_graph`` (replay)."""

@@ -23,6 +23,7 @@ the session's LSE is None.
 import torch
 
 from .flashmla_graph import write_needed_entries
+from .graph_capture import captured
 
 SEQ_LEN_FILL = 1     # the fill value the graph scenario pads seq lens with (SGLang's, flashmla_graph.py)
 
@@ -73,14 +74,7 @@ class FlagGemsGraphSession:
     def capture(self, bs: int, rows_pages):
         self.bs = bs
         self.set_batch(None, [SEQ_LEN_FILL] * bs, rows_pages)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self.forward(bs)                   # warm-up outside the graph (Triton JIT)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = self.forward(bs)
+        self.graph, self.out = captured(lambda: self.forward(bs))          # Triton's JIT runs before it
 
     def refresh_metadata(self, bs: int):
         """Nothing to refresh: flash_mla has no scheduler metadata (the bench's graph step calls this)."""

@@ -25,6 +25,7 @@ import torch
 from reference import descale_scalar, quantize_fp8
 
 from ..building.pool import pages_for
+from .graph_capture import captured
 
 
 def write_needed_entries(table: torch.Tensor, rows_pages: list[torch.Tensor]):
@@ -110,14 +111,7 @@ class FlashMLAGraphSession:
         self.refresh_metadata(bs)
         width = self.table.shape[1] if self.full_width else max(1, pages_for(self.SEQ_LEN_FILL + self.s_q,
                                                                                    self.page_size))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self.forward(bs, width)             # warm-up outside the graph
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out, self.lse = self.forward(bs, width)
+        self.graph, (self.out, self.lse) = captured(lambda: self.forward(bs, width))
         self.bs = bs
 
     def replay(self, q_real: torch.Tensor, seq_lens_padded: torch.Tensor, rows_pages):

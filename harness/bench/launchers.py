@@ -22,6 +22,7 @@ A graph's output is compared with the verified eager output before it is timed.
 
 import torch
 
+from ..backends.graph_capture import captured
 from ..building.pool import pages_for
 from ..judging.compare import check_tensor
 
@@ -57,14 +58,7 @@ def _graph_session_step(backend, inputs):
 
 
 def _captured_run_step(backend, inputs):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        backend.run(inputs)                 # warm-up outside the graph (lazy init, JIT)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, _ = backend.run(inputs)
+    graph, (out, _) = captured(lambda: backend.run(inputs))
     graph.replay()
     return graph.replay, out, "cuda-graph: run() captured whole (metadata inside the graph)"
 
