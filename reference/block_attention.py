@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from . import widen_kernel
 from .fp8 import dequantize_fp8, is_fp8
 
 
@@ -88,23 +89,15 @@ def run_block(block, problems, results, runs, lengths, limits, compute_dtype, sh
     k = block.key
     s_q, h_q, h_kv, d_qk, d_v, n_keys, unit = k.s_q, k.h_q, k.h_kv, k.d_qk, k.d_v, k.n_keys, k.unit
     first = problems[block.members[0][0]]
-    rows, device, pool_device = block.rows, first.q.device, first.kv_pool.device
-    n_rows = n_keys // unit
+    rows, device = block.rows, first.q.device
     q = torch.empty(rows, s_q * h_q * d_qk, dtype=first.q.dtype, device=device)
-    pages = torch.empty(rows * n_rows, unit * h_kv * d_qk, dtype=first.kv_pool.dtype, device=pool_device)
-    for pi, start, end, requests, run_rows in runs:
+    for pi, start, end, requests, _ in runs:
         p = problems[pi]
-        pool_rows = p.kv_pool.reshape(p.kv_pool.shape[0] * k.page_size // unit, -1)    # a page or a slot a row
         torch.index_select(p.q.reshape(p.q.shape[0], -1), 0, requests, out=q[start:end])
-        torch.index_select(pool_rows, 0, run_rows.view(-1).to(pool_device), out=pages[start * n_rows:end * n_rows])
-    # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
-    # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
-    if shortest < n_keys:
-        padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
-        as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(padding[:, :, None], 0)
-    # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place; widened in the same copy
+    # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
-    keys.copy_(pages.to(device).view(rows, n_keys, h_kv, d_qk).permute(0, 2, 1, 3))
+    if not (len(runs) == 1 and widen_kernel.fill(keys, _pool_rows(first, k), runs[0][4], lengths, unit)):
+        _gather_and_widen(keys, block, problems, runs, lengths, shortest)
     if is_fp8(first.kv_pool.dtype):
         keys.mul_(1.0 if first.descale_k is None else float(first.descale_k))     # as read_as dequantises
     elif first.descale_k is not None:
@@ -119,6 +112,29 @@ def run_block(block, problems, results, runs, lengths, limits, compute_dtype, sh
         out_p, lse_p = results[pi]
         out_p.index_copy_(0, requests[:end - start], out[start:end])
         lse_p.index_copy_(0, requests[:end - start], lse[start:end])
+
+
+def _pool_rows(p, k) -> torch.Tensor:
+    """The pool as rows of one page, or one slot, each (``k.unit`` slots)."""
+    return p.kv_pool.reshape(p.kv_pool.shape[0] * k.page_size // k.unit, -1)
+
+
+def _gather_and_widen(keys, block, problems, runs, lengths, shortest):
+    """PyTorch's form of ``widen_kernel.fill``, for any block: the key rows copied out run by run, the keys
+    past each request's length zeroed, and the whole widened into ``keys`` in one strided copy."""
+    k = block.key
+    rows, n_keys, n_rows = block.rows, k.n_keys, k.n_keys // k.unit
+    pool_device = problems[block.members[0][0]].kv_pool.device
+    pages = torch.empty(rows * n_rows, k.unit * k.h_kv * k.d_qk, dtype=k.kv_dtype, device=pool_device)
+    for pi, start, end, _, run_rows in runs:
+        torch.index_select(_pool_rows(problems[pi], k), 0, run_rows.view(-1).to(pool_device),
+                           out=pages[start * n_rows:end * n_rows])
+    # keys past a request's length (a page's unused tail: poison) are zeroed: their weight is 0, and
+    # 0 * NaN would not be.  Zeroed through their bits (+0.0 in every float dtype), before widening.
+    if shortest < n_keys:
+        padding = torch.arange(shortest, n_keys, device=pool_device)[None, :] >= lengths.to(pool_device)[:, None]
+        as_bits(pages).view(rows, n_keys, -1)[:, shortest:].masked_fill_(padding[:, :, None], 0)
+    keys.copy_(pages.to(keys.device).view(rows, n_keys, k.h_kv, k.d_qk).permute(0, 2, 1, 3))
 
 
 def attend_block(qf, keys, limit, d_v, group, first_hidden=0):

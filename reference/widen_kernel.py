@@ -1,0 +1,104 @@
+"""The oracle's keys gathered from the pool and widened in one pass on CUDA: a Triton kernel for
+``block_attention.run_block``.
+
+PyTorch's form copies a block's pages out of the pool (``index_select``), zeroes the keys past each
+request's length through their bits, and widens them into head-major float64 (a strided copy): three
+passes, the last at about half the H200's copy rate (docs/gpu-runs.md).  Here each program reads
+``BLOCK_KEYS`` keys' ``BLOCK_D`` values straight from their pool rows and writes them widened, +0.0
+past the request's length.  A bf16, fp16 or float32 value is exact in float64 and both forms write
++0.0 for padding, so the keys are the same bits either way (``tests/test_widen_kernel.py``); fp8 pools,
+whose keys are also scaled, keep PyTorch's form.  Where Triton does not import or cannot build the
+kernel, ``fill`` says no and PyTorch's form runs.
+"""
+
+import functools
+import sys
+
+import torch
+
+BLOCK_KEYS = 64                   # keys a program writes ...
+BLOCK_D = 64                      # ... and values of each (a key's width is a multiple of 64 in MLA)
+WIDENED = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def fill(keys: torch.Tensor, pool_rows: torch.Tensor, rows: torch.Tensor, lengths: torch.Tensor, unit: int) -> bool:
+    """Write ``keys`` ``(requests, h_kv, n_keys, d)`` float64: key ``t`` of request ``i`` and head ``h`` is
+    the ``d`` values from ``((t % unit) * h_kv + h) * d`` of ``pool_rows[rows[i, t // unit]]`` (``pool_rows``:
+    the pool viewed as ``(pages or slots, unit * h_kv * d)``; ``rows``: int64 ``(requests, n_keys // unit)``,
+    contiguous), and +0.0 where ``t >= lengths[i]``.  True when done here; False
+    where the kernel does not apply (off CUDA, another dtype or device) or cannot run: the caller's form then."""
+    if not (keys.is_cuda and keys.dtype == torch.float64 and pool_rows.dtype in WIDENED
+            and pool_rows.device == keys.device and rows.device == keys.device and lengths.device == keys.device):
+        return False
+    kernel = usable_kernel(str(keys.device))
+    if kernel is None:
+        return False
+    run(kernel, keys, pool_rows, rows, lengths, unit)
+    return True
+
+
+def run(kernel, keys, pool_rows, rows, lengths, unit: int):
+    """``fill`` with this kernel (the tests run it under Triton's interpreter too)."""
+    requests, h_kv, n_keys, d = keys.shape
+    total = requests * h_kv * n_keys
+    grid = (-(-total // BLOCK_KEYS), -(-d // BLOCK_D))
+    kernel[grid](pool_rows, rows, lengths, keys, total, n_keys, unit, h_kv, d,
+                 pool_rows.stride(0), BLOCK_KEYS=BLOCK_KEYS, BLOCK_D=BLOCK_D)
+
+
+def warm_up(device):
+    """Ready the bf16 variant (the one every bf16 pool uses) in a worker's warm-up, not its first chunk."""
+    usable_kernel(str(torch.empty(0, device=device).device))
+
+
+@functools.cache
+def usable_kernel(device: str):
+    """The kernel, once it has built and run on ``device``; None where Triton does not import or cannot
+    build it (then one warning line: a Triton the kernel was not tried with costs speed, never bits)."""
+    try:
+        kernel = _triton_kernel()
+        if kernel is None:
+            return None
+        pool = torch.zeros(1, 64, dtype=torch.bfloat16, device=device)
+        index = torch.zeros(1, 1, dtype=torch.int64, device=device)
+        run(kernel, torch.empty(1, 1, 64, 64, dtype=torch.float64, device=device), pool, index, index[0], 64)
+    except Exception as error:      # a compiler error, of whatever class this Triton raises
+        line = (str(error).strip().splitlines() or [""])[0][:200]
+        print(f"mla-verify: warning: the oracle's key-widening Triton kernel does not build on {device} "
+              f"({type(error).__name__}: {line}); widening with PyTorch's form", file=sys.stderr)
+        return None
+    return kernel
+
+
+@functools.cache
+def _triton_kernel():
+    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
+    does not import."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:        # no Triton, or one that does not load here
+        return None
+
+    # sizes vary per block, and the index arrays are views at any 8-byte offset of one buffer: neither is
+    # specialised (each value's divisibility, or each alignment, would be another variant to build)
+    @triton.jit(do_not_specialize=["total", "n_keys", "unit", "h_kv", "d", "row_stride"],
+                do_not_specialize_on_alignment=["rows_ptr", "lengths_ptr"])
+    def gather_widen(pool_ptr, rows_ptr, lengths_ptr, keys_ptr, total, n_keys, unit, h_kv, d, row_stride,
+                     BLOCK_KEYS: tl.constexpr, BLOCK_D: tl.constexpr):
+        key = tl.program_id(0).to(tl.int64) * BLOCK_KEYS + tl.arange(0, BLOCK_KEYS)   # (request, head, t)
+        inside = key < total
+        t = key % n_keys
+        request = key // n_keys // h_kv
+        head = key // n_keys % h_kv
+        length = tl.load(lengths_ptr + request, mask=inside, other=0)
+        pool_row = tl.load(rows_ptr + request * (n_keys // unit) + t // unit, mask=inside, other=0)
+        first = pool_row * row_stride + ((t % unit) * h_kv + head) * d                # int64: large pools
+        value = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        in_width = value < d
+        live = (inside & (t < length))[:, None] & in_width[None, :]
+        x = tl.load(pool_ptr + first[:, None] + value[None, :], mask=live, other=0.0)   # padding: +0.0
+        tl.store(keys_ptr + key[:, None] * d + value[None, :], x.to(tl.float64),
+                 mask=inside[:, None] & in_width[None, :])
+
+    return gather_widen
