@@ -139,18 +139,24 @@ def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, pag
     """The records at ``slots`` of ``pool``, decoded into their parts (no arithmetic).  Where ``zeroed``
     (a bool per slot) is true the record read is all zero bytes instead: a key of zeros in every view
     (the oracle's stand-in for a -1 entry, never attended, and never the poison of the slot read)."""
-    rows, scale_bytes = _page_parts(pool, fmt, page_size)
-    at = _at(slots, page_size)
-    got, raw = rows[at], scale_bytes[at]                   # copies: gathers
+    rows = _page_parts(pool, fmt, page_size)[0]
+    got = rows[_at(slots, page_size)]                      # a copy: a gather
     if zeroed is not None:
         got.masked_fill_(zeroed[:, None], 0)
-        raw.masked_fill_(zeroed[:, None], 0)
     nope = got[:, :fmt.d_nope].contiguous().view(torch.float8_e4m3fn)
     rope_at = fmt.row_bytes - 2 * fmt.d_rope
     rope = got[:, rope_at:rope_at + 2 * fmt.d_rope].contiguous().view(torch.bfloat16)
+    return Quantized(nope, read_scales(pool, slots, fmt, page_size, zeroed), rope)
+
+
+def read_scales(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page_size: int,
+                zeroed: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 scales ``(len(slots), tiles)`` of the records at ``slots`` (``read_records``' part)."""
+    raw = _page_parts(pool, fmt, page_size)[1][_at(slots, page_size)]     # a copy: a gather
+    if zeroed is not None:
+        raw.masked_fill_(zeroed[:, None], 0)
     raw = raw.contiguous()
-    scales = raw.view(torch.float32) if fmt.scale_bytes == 4 else raw.view(torch.float8_e8m0fnu).float()
-    return Quantized(nope, scales, rope)
+    return raw.view(torch.float32) if fmt.scale_bytes == 4 else raw.view(torch.float8_e8m0fnu).float()
 
 
 def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 The records are read entry by entry, in each index row's order, a block of query rows at a time
 (``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
-format's reader (``sparse_cache``) and read by two products (``reference.sparse.attend_listed``).  A -1
+format's reader (``sparse_cache``; on CUDA in one pass, ``sparse_keys_kernel``, the same bits) and read by
+two products (``reference.sparse.attend_listed``).  A -1
 entry reads a record of zeros in its place (never attended).  Only the slots some index lists are read
 (a serving-size pool would not fit in float64), in one of two views:
 
@@ -25,7 +26,8 @@ import torch
 
 from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
 
-from ..building.sparse_cache import dequantize, read_records, views_agree
+from ..building import sparse_keys_kernel
+from ..building.sparse_cache import dequantize, read_records, read_scales, views_agree
 from ..building.sparse_inputs import SparseCase
 
 
@@ -95,12 +97,13 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
         idx = listed[r0:r1].long()
         valid = idx >= 0
-        zeroed = ~valid.flatten()
-        records = read_records(pool, idx.clamp_min(0).flatten(), fmt, inputs.page_size, zeroed=zeroed)
-        keys = dequantize(records, fmt, view).view(r1 - r0, inputs.topk, d)
-        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
-                                               absolute_values=magnitudes)
+        zeroed, slots = ~valid.flatten(), idx.clamp_min(0).flatten()
+        keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, inputs.page_size, view)
+        if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits
+            keys = dequantize(read_records(pool, slots, fmt, inputs.page_size, zeroed=zeroed), fmt, view)
+        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys.view(r1 - r0, inputs.topk, d), valid,
+                                               inputs.softmax_scale, inputs.d_v, absolute_values=magnitudes)
         if agreement:
-            agree &= views_agree(records.scales, zeroed)
+            agree &= views_agree(read_scales(pool, slots, fmt, inputs.page_size), zeroed)
     out, lse = with_sink(out, lse, inputs.attn_sink)
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree

@@ -1,0 +1,132 @@
+"""The sparse oracle's listed keys read from the pool's records and dequantized to float64 in one pass on
+CUDA: a Triton kernel for ``sparse_cache.read_records`` followed by ``sparse_cache.dequantize``.
+
+PyTorch's form gathers each listed record's bytes, zeroes the copies of -1 entries, splits them into
+contiguous parts, then writes the float64 key in two passes (the values, then times their scales): about
+17 KB moved per entry of a 656-byte record.  Here each program reads ``BLOCK`` entries' records and writes
+their keys, the record read once and the key written once (about 4.6 KB).  The arithmetic is the same
+operations in the same order, each correctly rounded: ``exact`` is ``e4m3 * scale`` in float64;
+``bf16_product`` is ``bf16(e4m3 * bf16(scale))`` in float32 (FlashMLA's SM90 kernel); the rope values are
+widened; a ``zeroed`` entry reads a record of zero bytes.  So the keys are PyTorch's bits, NaN where a
+record holds one (``tests/test_sparse_keys_kernel.py``).  Where Triton does not import or cannot build the
+kernel, ``read_keys`` says no and PyTorch's form runs.
+"""
+
+import functools
+import sys
+
+import torch
+
+from .sparse_cache import DEQUANT_MODES, FORMATS, RecordFormat
+
+BLOCK = 32           # entries a program reads
+CHUNK = 64           # values it converts at a time (a scale's tile is 64 or 128 values)
+
+
+def read_keys(pool: torch.Tensor, slots: torch.Tensor, zeroed: torch.Tensor, fmt: RecordFormat, page_size: int,
+              view: str) -> torch.Tensor | None:
+    """The keys ``(len(slots), d_qk)`` float64 of the records at ``slots`` of ``pool (pages, page_bytes)``
+    in ``view``, zeros where ``zeroed`` (a bool per slot): ``dequantize(read_records(...), fmt, view)``'s
+    bits.  None where the kernel does not apply (off CUDA, another device) or cannot run."""
+    if not (pool.is_cuda and slots.device == pool.device == zeroed.device):
+        return None
+    kernel = usable_kernel(str(pool.device))
+    return None if kernel is None else run(kernel, pool, slots, zeroed, fmt, page_size, view)
+
+
+def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: str) -> torch.Tensor:
+    """``read_keys`` with this kernel (the tests run it under Triton's interpreter too)."""
+    if view not in DEQUANT_MODES:
+        raise ValueError(f"unknown dequantization '{view}' (known: {', '.join(DEQUANT_MODES)})")
+    if fmt.d_nope % CHUNK or fmt.tile % CHUNK:
+        raise ValueError(f"format {fmt.name}: its widths are not whole chunks of {CHUNK} values")
+    n = slots.numel()
+    keys = torch.empty(n, fmt.d_qk, dtype=torch.float64, device=pool.device)
+    if n:
+        pool = pool.view(torch.uint8)
+        kernel[(-(-n // BLOCK),)](pool, slots.reshape(-1), zeroed.reshape(-1), keys, n, page_size, pool.stride(0),
+                                  D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile, ROW=fmt.row_bytes,
+                                  SCALES_AFTER_ROWS=fmt.scales_after_rows, EXACT=view == "exact",
+                                  BLOCK=BLOCK, CHUNK=CHUNK)
+    return keys
+
+
+@functools.cache
+def usable_kernel(device: str):
+    """The kernel, once it has built and run on ``device`` (a zeroed V3.2 record); None where Triton does
+    not import or cannot build it (then one warning line: a Triton it was not tried with costs speed)."""
+    try:
+        kernel = _triton_kernel()
+        if kernel is None:
+            return None
+        fmt = FORMATS["v32"]
+        pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
+        slots = torch.zeros(1, dtype=torch.int64, device=device)
+        run(kernel, pool, slots, torch.ones(1, dtype=torch.bool, device=device), fmt, 64, "bf16_product")
+    except Exception as error:      # a compiler error, of whatever class this Triton raises
+        line = (str(error).strip().splitlines() or [""])[0][:200]
+        print(f"mla-verify: warning: the sparse oracle's Triton kernel does not build on {device} "
+              f"({type(error).__name__}: {line}); reading records with PyTorch's form", file=sys.stderr)
+        return None
+    return kernel
+
+
+@functools.cache
+def _triton_kernel():
+    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
+    does not import."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:        # no Triton, or one that does not load here
+        return None
+
+    # the index arrays may be views at any offset: not specialised on alignment; the pool's page stride is
+    # (a multiple of 16 bytes in both formats), so a record's bytes load 16 at a time
+    @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr", "zeroed_ptr"])
+    def record_keys(pool_ptr, slots_ptr, zeroed_ptr, keys_ptr, n, page_size, page_stride,
+                    D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
+                    SCALES_AFTER_ROWS: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr,
+                    CHUNK: tl.constexpr):
+        entry = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = entry < n
+        slot = tl.load(slots_ptr + entry, mask=inside, other=0).to(tl.int64)
+        live = inside & (tl.load(zeroed_ptr + entry, mask=inside, other=1) == 0)   # a zeroed entry reads 0
+        page, offset = slot // page_size, slot % page_size
+        row = page * page_stride + offset * ROW                                     # int64: large pools
+        if SCALES_AFTER_ROWS:       # V4: the page's ue8m0 scales, 8 bytes a slot, after all its rows
+            scales = page * page_stride + page_size * ROW + offset * 8
+        else:                       # V3.2: float32 scales after the values
+            scales = row + D_NOPE
+        key = keys_ptr + entry[:, None] * (D_NOPE + D_ROPE)
+        for start in tl.static_range(0, D_NOPE, CHUNK):
+            column = start + tl.arange(0, CHUNK)
+            raw = tl.load(pool_ptr + row[:, None] + column[None, :], mask=live[:, None], other=0)
+            value = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            # e4m3fn's one NaN (0x7F, either sign), said outright: Triton's interpreter reads it as a number
+            value = tl.where((raw & 0x7F) == 0x7F, float("nan"), value)
+            if SCALES_AFTER_ROWS:   # ue8m0 byte b is 2^(b - 127): byte 0 the subnormal 2^-127, 255 NaN
+                b = tl.load(pool_ptr + scales + start // TILE, mask=live, other=0).to(tl.int32)
+                bits = tl.where(b == 0, 0x400000, tl.where(b == 255, 0x7FC00000, b << 23))
+                scale = bits.to(tl.float32, bitcast=True)
+            else:
+                at = (pool_ptr + scales + 4 * (start // TILE)).to(tl.pointer_type(tl.float32))
+                scale = tl.load(at, mask=live, other=0.0)
+            if EXACT:
+                out = value.to(tl.float64) * scale.to(tl.float64)[:, None]
+            else:
+                # bf16 rounding (nearest, ties to even, as PyTorch rounds; NaN kept) said in bits, on
+                # float32s: Triton's interpreter truncates a cast to bf16 where the GPU rounds
+                bits = scale.to(tl.int32, bitcast=True)
+                half = ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+                product = value * tl.where(scale != scale, scale, half)[:, None]     # exact: 4 x 8 bits
+                bits = product.to(tl.int32, bitcast=True)
+                rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+                out = tl.where(product != product, product, rounded).to(tl.float64)
+            tl.store(key + column[None, :], out, mask=inside[:, None])
+        rope_at = (pool_ptr + row + ROW - 2 * D_ROPE).to(tl.pointer_type(tl.bfloat16))
+        column = tl.arange(0, D_ROPE)
+        rope = tl.load(rope_at[:, None] + column[None, :], mask=live[:, None], other=0.0)
+        tl.store(key + D_NOPE + column[None, :], rope.to(tl.float64), mask=inside[:, None])
+
+    return record_keys

@@ -1,0 +1,83 @@
+"""The sparse oracle's one-pass record reading (``harness/building/sparse_keys_kernel.py``) against
+PyTorch's form (``sparse_cache.dequantize(read_records(...))``): the same float64 keys bit for bit (NaN
+where PyTorch's are NaN), for both formats, both views, both scale policies, zeroed entries and slots
+repeated, page sizes 64 and 53.  On CUDA the compiled kernel; on the CPU the kernel under Triton's
+interpreter (a subprocess: the flag is read when Triton loads)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+CHECK = textwrap.dedent("""
+    import torch
+    from harness.building import sparse_cache, sparse_keys_kernel
+
+    def pools(device):
+        gen = torch.Generator().manual_seed(23)
+        for name, policy, page_size in [("v32", "amax", 64), ("v32", "ue8m0", 53), ("v4", "ue8m0", 64),
+                                        ("v4", "ue8m0", 53)]:
+            fmt = sparse_cache.FORMATS[name]
+            pages = 6
+            pool = torch.full((pages, fmt.page_bytes(page_size)), sparse_cache.POISON_BYTE, dtype=torch.uint8)
+            written = torch.randperm(pages * page_size, generator=gen)[:200]
+            tokens = (torch.randn(len(written), fmt.d_qk, generator=gen) * 3).to(torch.bfloat16)
+            tokens[0, :fmt.tile] = 0                       # an all-zero tile: scale 0 under amax (NaN values)
+            tokens[1, :fmt.tile] *= 1e-6                   # a tiny tile: a subnormal scale
+            sparse_cache.write_records(pool, written, sparse_cache.quantize(tokens, fmt, policy), fmt, page_size)
+            scale_bytes = sparse_cache._page_parts(pool, fmt, page_size)[1]
+            for token, byte in [(2, 0), (3, 0xFF)]:        # a scale of all zero bytes, and one of poison
+                page, offset = divmod(int(written[token]), page_size)
+                scale_bytes[page, offset, :fmt.scale_bytes] = byte
+            slots = written[torch.randint(0, len(written), (300,), generator=gen)]     # repeats
+            zeroed = torch.rand(300, generator=gen) < 0.2
+            slots[zeroed] = 0                              # a -1 entry reads slot 0 (maybe poison), zeroed
+            yield fmt, page_size, pool.to(device), slots.to(device), zeroed.to(device)
+
+    def disagreements(device, kernel):
+        found = []
+        for fmt, page_size, pool, slots, zeroed in pools(device):
+            for view in sparse_cache.DEQUANT_MODES:
+                records = sparse_cache.read_records(pool, slots, fmt, page_size, zeroed=zeroed)
+                torch_form = sparse_cache.dequantize(records, fmt, view)
+                one_pass = sparse_keys_kernel.run(kernel, pool, slots, zeroed, fmt, page_size, view)
+                nan = torch_form.isnan()
+                if not torch.equal(one_pass.isnan(), nan):
+                    found.append(f"{fmt.name} p{page_size} {view}: NaN in other places")
+                bits = lambda t: t.masked_fill(nan, 0).view(torch.int64).cpu()
+                if not torch.equal(bits(one_pass), bits(torch_form)):
+                    differ = (bits(one_pass) != bits(torch_form)).nonzero()[:3].tolist()
+                    found.append(f"{fmt.name} p{page_size} {view}: differ at {differ}")
+                if torch_form[zeroed].ne(0).any() or not torch_form[~zeroed].ne(0).any():
+                    found.append(f"{fmt.name} p{page_size} {view}: the check's own records are not as planted")
+        return found
+""")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
+def test_the_one_pass_sparse_keys_equal_pytorchs_on_cuda():
+    from harness.building import sparse_keys_kernel
+    kernel = sparse_keys_kernel.usable_kernel("cuda:0")
+    assert kernel is not None, "Triton does not build the kernel on this CUDA box"
+    space = {}
+    exec(CHECK, space)
+    assert space["disagreements"]("cuda", kernel) == []
+
+
+def test_the_one_pass_sparse_keys_equal_pytorchs_under_the_interpreter():
+    pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
+    script = CHECK + textwrap.dedent("""
+        kernel = sparse_keys_kernel._triton_kernel()
+        assert kernel is not None, "triton does not load"
+        print(disagreements("cpu", kernel) or "equal")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
+        pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.stdout.strip() == "equal", (done.stdout + done.stderr)[-3000:]
