@@ -12,9 +12,10 @@ kernel, ``fill`` says no and PyTorch's form runs.
 """
 
 import functools
-import sys
 
 import torch
+
+from .triton_probe import launches
 
 BLOCK_KEYS = 32                   # keys a program writes, ...
 BLOCK_D = 64                      # ... so many values of each at a time (MLA's widths are multiples of 64)
@@ -56,19 +57,16 @@ def warm_up(device):
 def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device``; None where Triton does not import or cannot
     build it (then one warning line: a Triton the kernel was not tried with costs speed, never bits)."""
-    try:
-        kernel = _triton_kernel()
-        if kernel is None:
-            return None
-        pool = torch.zeros(1, 64 * 576, dtype=torch.bfloat16, device=device)      # a page of MLA's keys
-        index = torch.zeros(1, 1, dtype=torch.int64, device=device)
-        run(kernel, torch.empty(1, 1, 64, 576, dtype=torch.float64, device=device), pool, index, index[0], 64)
-    except Exception as error:      # a compiler error, of whatever class this Triton raises
-        line = (str(error).strip().splitlines() or [""])[0][:200]
-        print(f"mla-verify: warning: the oracle's key-widening Triton kernel does not build on {device} "
-              f"({type(error).__name__}: {line}); widening with PyTorch's form", file=sys.stderr)
-        return None
-    return kernel
+    built = {}
+
+    def first_launch():         # the definition too: an older Triton may refuse its options
+        kernel = built["kernel"] = _triton_kernel()
+        if kernel is not None:
+            pool = torch.zeros(1, 64 * 576, dtype=torch.bfloat16, device=device)      # a page of MLA's keys
+            index = torch.zeros(1, 1, dtype=torch.int64, device=device)
+            run(kernel, torch.empty(1, 1, 64, 576, dtype=torch.float64, device=device), pool, index, index[0], 64)
+    ran = launches("the oracle's key-widening Triton kernel", device, "widening with PyTorch's form", first_launch)
+    return built.get("kernel") if ran else None
 
 
 @functools.cache

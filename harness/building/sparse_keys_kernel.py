@@ -13,9 +13,10 @@ kernel, ``read_keys`` says no and PyTorch's form runs.
 """
 
 import functools
-import sys
 
 import torch
+
+from reference.triton_probe import launches
 
 from .sparse_cache import DEQUANT_MODES, FORMATS, RecordFormat
 
@@ -55,20 +56,17 @@ def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: st
 def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device`` (a zeroed V3.2 record); None where Triton does
     not import or cannot build it (then one warning line: a Triton it was not tried with costs speed)."""
-    try:
-        kernel = _triton_kernel()
-        if kernel is None:
-            return None
-        fmt = FORMATS["v32"]
-        pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
-        slots = torch.zeros(1, dtype=torch.int64, device=device)
-        run(kernel, pool, slots, torch.ones(1, dtype=torch.bool, device=device), fmt, 64, "bf16_product")
-    except Exception as error:      # a compiler error, of whatever class this Triton raises
-        line = (str(error).strip().splitlines() or [""])[0][:200]
-        print(f"mla-verify: warning: the sparse oracle's Triton kernel does not build on {device} "
-              f"({type(error).__name__}: {line}); reading records with PyTorch's form", file=sys.stderr)
-        return None
-    return kernel
+    built = {}
+
+    def first_launch():         # the definition too: an older Triton may refuse its options
+        kernel = built["kernel"] = _triton_kernel()
+        if kernel is not None:
+            fmt = FORMATS["v32"]
+            pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
+            slots = torch.zeros(1, dtype=torch.int64, device=device)
+            run(kernel, pool, slots, torch.ones(1, dtype=torch.bool, device=device), fmt, 64, "bf16_product")
+    ran = launches("the sparse oracle's Triton kernel", device, "reading records with PyTorch's form", first_launch)
+    return built.get("kernel") if ran else None
 
 
 @functools.cache

@@ -16,9 +16,10 @@ Triton does not import, or off CUDA, ``statistics`` returns None and PyTorch's f
 
 import functools
 import struct
-import sys
 
 import torch
+
+from reference.triton_probe import launches
 
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
@@ -50,14 +51,9 @@ def usable_kernel(device: str):
     if kernel is None:
         return None
     zeros = torch.zeros(1, 64, dtype=torch.float64, device=device)
-    try:
-        run(kernel, zeros, zeros, 1.0, 1.0)
-    except Exception as error:      # a compiler error, of whatever class this Triton raises
-        line = (str(error).strip().splitlines() or [""])[0][:200]
-        print(f"mla-verify: warning: the comparison's Triton kernel does not build on {device} "
-              f"({type(error).__name__}: {line}); comparing with PyTorch's form", file=sys.stderr)
-        return None
-    return kernel
+    ran = launches("the comparison's Triton kernel", device, "comparing with PyTorch's form",
+                   lambda: run(kernel, zeros, zeros, 1.0, 1.0))
+    return kernel if ran else None
 
 
 def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple:
