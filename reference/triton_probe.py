@@ -1,18 +1,40 @@
-"""A Triton kernel's first launch in a process, as a probe: where this Triton cannot build the kernel, one
-warning line and the caller's PyTorch form, so a Triton the kernel was not tried with costs speed, never
-a verdict (``harness/judging/compare_kernel.py``, ``widen_kernel.py``, ``harness/building/sparse_keys_kernel.py``)."""
+"""How the Triton kernels come to be used.  Each is defined on first use (``defined_with_triton``: importing
+its module never imports Triton; ``harness/judging/block_hash.py``, ``harness/judging/compare_kernel.py``,
+``widen_kernel.py``, ``harness/building/sparse_keys_kernel.py``).  For the last three, the definition and the
+first launch in a process are a probe (``usable``): where this Triton cannot define or build the kernel, one
+warning line and the caller's PyTorch form, so a Triton the kernel was not tried with costs speed, never a
+verdict."""
 
+import functools
 import sys
 
 
-def launches(what: str, device: str, fallback: str, launch) -> bool:
-    """Whether ``launch()`` (a first launch on ``device``) runs; on any error one warning line, naming
-    ``what`` and the error's first line, says that ``fallback`` runs instead."""
+def defined_with_triton(define):
+    """``define(triton, tl)``'s kernel, made on the first call and kept; None where Triton does not import
+    or does not load here."""
+    @functools.cache
+    def kernel():
+        try:
+            import triton
+            import triton.language as tl
+        except Exception:        # no Triton, or one that does not load here
+            return None
+        return define(triton, tl)
+    return kernel
+
+
+def usable(what: str, device: str, fallback: str, kernel_of, first_launch):
+    """``kernel_of()`` once ``first_launch(kernel)`` has run on ``device``; None where Triton does not import,
+    and None with one warning line (naming ``what``, the error's first line and ``fallback``, what runs
+    instead) where the definition or the launch fails."""
+    built = {}
     try:
-        launch()
+        kernel = built["kernel"] = kernel_of()
+        if kernel is not None:
+            first_launch(kernel)
     except Exception as error:      # a compiler error, of whatever class this Triton raises
         line = (str(error).strip().splitlines() or [""])[0][:200]
         print(f"mla-verify: warning: {what} does not build on {device} ({type(error).__name__}: {line}); "
               f"{fallback}", file=sys.stderr)
-        return False
-    return True
+        return None
+    return built["kernel"]

@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-from .triton_probe import launches
+from .triton_probe import defined_with_triton, usable
 
 BLOCK_KEYS = 32                   # keys a program writes, ...
 BLOCK_D = 64                      # ... so many values of each at a time (MLA's widths are multiples of 64)
@@ -57,27 +57,17 @@ def warm_up(device):
 def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device``; None where Triton does not import or cannot
     build it (then one warning line: a Triton the kernel was not tried with costs speed, never bits)."""
-    built = {}
-
-    def first_launch():         # the definition too: an older Triton may refuse its options
-        kernel = built["kernel"] = _triton_kernel()
-        if kernel is not None:
-            pool = torch.zeros(1, 64 * 576, dtype=torch.bfloat16, device=device)      # a page of MLA's keys
-            index = torch.zeros(1, 1, dtype=torch.int64, device=device)
-            run(kernel, torch.empty(1, 1, 64, 576, dtype=torch.float64, device=device), pool, index, index[0], 64)
-    ran = launches("the oracle's key-widening Triton kernel", device, "widening with PyTorch's form", first_launch)
-    return built.get("kernel") if ran else None
+    def first_launch(kernel):
+        pool = torch.zeros(1, 64 * 576, dtype=torch.bfloat16, device=device)      # a page of MLA's keys
+        index = torch.zeros(1, 1, dtype=torch.int64, device=device)
+        run(kernel, torch.empty(1, 1, 64, 576, dtype=torch.float64, device=device), pool, index, index[0], 64)
+    return usable("the oracle's key-widening Triton kernel", device, "widening with PyTorch's form",
+                  _triton_kernel, first_launch)
 
 
-@functools.cache
-def _triton_kernel():
-    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
-    does not import."""
-    try:
-        import triton
-        import triton.language as tl
-    except Exception:        # no Triton, or one that does not load here
-        return None
+@defined_with_triton
+def _triton_kernel(triton, tl):
+    """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
 
     # the index arrays are views at any 8-byte offset of one buffer: not specialised on alignment (each
     # alignment would be another variant to build).  The sizes are: a block's key count is a multiple of a

@@ -4,15 +4,20 @@
   everywhere else), with a block table padded by any value;
 - ``dense_attention``: the attention the reference must compute, as a dense
   masked softmax built by explicit Python loops over tokens, queries and heads;
-- ``run_cli``: ``harness.cli.main`` in-process, capturing stdout and stderr.
+- ``run_cli``: ``harness.cli.main`` in-process, capturing stdout and stderr;
+- ``under_triton_interpreter``: a script run by a fresh Python under Triton's CPU interpreter.
 """
 
 import contextlib
 import io
 import math
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,3 +110,15 @@ def run_cli(argv) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in argv])
     return code, out.getvalue(), err.getvalue()
+
+
+def under_triton_interpreter(script: str, timeout: int = 600) -> tuple[str, str]:
+    """``script``'s stdout (stripped) and stderr, run by a fresh Python under Triton's CPU interpreter
+    (``TRITON_INTERPRET=1``: the flag is read when Triton loads).  Skips the test where Triton is not
+    installed, or where the script says "triton does not load" (unless MLA_VERIFY_REQUIRE_TRITON_CPU)."""
+    pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
+        pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
+    return done.stdout.strip(), done.stderr

@@ -7,14 +7,11 @@ where they must not, as a user's kernel would.
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import run_cli, under_triton_interpreter
 
 from harness.building.inputs import generate, output_buffer
 from harness.judging import block_hash, integrity
@@ -100,7 +97,6 @@ def test_the_one_pass_block_sums_equal_pytorchs_bit_for_bit(monkeypatch):
 
 def test_the_triton_block_sums_equal_pytorchs_under_the_interpreter():
     """The same kernel on the CPU under TRITON_INTERPRET=1 (a subprocess: the flag is read when Triton loads)."""
-    pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
     script = textwrap.dedent("""
         import os, torch
         from harness.judging import block_hash, integrity
@@ -114,11 +110,8 @@ def test_the_triton_block_sums_equal_pytorchs_under_the_interpreter():
         block_hash.block_sums_torch(rows, weights, plain)
         print("equal" if torch.equal(fused, plain) else "differ")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
-    if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
-        pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
-    assert done.stdout.strip() == "equal", done.stderr[-2000:]
+    out, err = under_triton_interpreter(script, timeout=300)
+    assert out == "equal", err[-2000:]
 
 
 @pytest.mark.parametrize("device", DEVICES)

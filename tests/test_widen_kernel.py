@@ -3,13 +3,11 @@
 On CUDA the compiled kernel, and the whole oracle with and without it; on the CPU the kernel under
 Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+from helpers import under_triton_interpreter
 
 CHECK = textwrap.dedent("""
     import types
@@ -72,8 +70,9 @@ def test_the_one_pass_keys_equal_pytorchs_on_cuda():
 def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel(monkeypatch):
     import dataclasses
 
+    from test_batched_oracle import problems as cpu_problems
+
     from reference import mla_attention_many, widen_kernel
-    from tests.test_batched_oracle import problems as cpu_problems
     problems = [dataclasses.replace(p, q=p.q.cuda(), kv_pool=p.kv_pool.cuda()) for p in cpu_problems()]
     with_kernel = mla_attention_many(problems)
     monkeypatch.setattr(widen_kernel, "usable_kernel", lambda device: None)
@@ -84,7 +83,6 @@ def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel(monkeypatch)
 
 
 def test_the_one_pass_keys_equal_pytorchs_under_the_interpreter():
-    pytest.importorskip("triton", reason="Triton is not installed here (make triton-cpu installs it)")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
     script = CHECK + textwrap.dedent("""
@@ -92,8 +90,5 @@ def test_the_one_pass_keys_equal_pytorchs_under_the_interpreter():
         assert kernel is not None, "triton does not load"
         print(disagreements("cpu", kernel) or "equal")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
-    if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
-        pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
-    assert done.stdout.strip() == "equal", (done.stdout + done.stderr)[-3000:]
+    out, err = under_triton_interpreter(script)
+    assert out == "equal", (out + err)[-3000:]

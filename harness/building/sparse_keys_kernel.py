@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from reference.triton_probe import launches
+from reference.triton_probe import defined_with_triton, usable
 
 from .sparse_cache import DEQUANT_MODES, FORMATS, RecordFormat
 
@@ -56,28 +56,18 @@ def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: st
 def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device`` (a zeroed V3.2 record); None where Triton does
     not import or cannot build it (then one warning line: a Triton it was not tried with costs speed)."""
-    built = {}
-
-    def first_launch():         # the definition too: an older Triton may refuse its options
-        kernel = built["kernel"] = _triton_kernel()
-        if kernel is not None:
-            fmt = FORMATS["v32"]
-            pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
-            slots = torch.zeros(1, dtype=torch.int64, device=device)
-            run(kernel, pool, slots, torch.ones(1, dtype=torch.bool, device=device), fmt, 64, "bf16_product")
-    ran = launches("the sparse oracle's Triton kernel", device, "reading records with PyTorch's form", first_launch)
-    return built.get("kernel") if ran else None
+    def first_launch(kernel):
+        fmt = FORMATS["v32"]
+        pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
+        slots = torch.zeros(1, dtype=torch.int64, device=device)
+        run(kernel, pool, slots, torch.ones(1, dtype=torch.bool, device=device), fmt, 64, "bf16_product")
+    return usable("the sparse oracle's Triton kernel", device, "reading records with PyTorch's form",
+                  _triton_kernel, first_launch)
 
 
-@functools.cache
-def _triton_kernel():
-    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
-    does not import."""
-    try:
-        import triton
-        import triton.language as tl
-    except Exception:        # no Triton, or one that does not load here
-        return None
+@defined_with_triton
+def _triton_kernel(triton, tl):
+    """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
 
     # the index arrays may be views at any offset: not specialised on alignment; the pool's page stride is
     # (a multiple of 16 bytes in both formats), so a record's bytes load 16 at a time

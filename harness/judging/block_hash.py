@@ -9,9 +9,10 @@ Triton does not import, there is no CUDA device or the storage is small (``TRITO
 PyTorch form runs.
 """
 
-import functools
 
 import torch
+
+from reference.triton_probe import defined_with_triton
 
 ROWS_PER_PROGRAM = 64             # rows (blocks) one Triton program sums
 SLICE_ROWS = 1 << 18              # the PyTorch form's rows per launch: bounds its temporary to 64 MiB
@@ -51,15 +52,10 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@functools.cache
-def _triton_kernel():
-    """The Triton kernel, defined on first use (so importing this module never imports Triton), or None
-    where Triton does not import."""
-    try:
-        import triton
-        import triton.language as tl
-    except Exception:        # no Triton, or one that does not load here: the PyTorch form is used
-        return None
+@defined_with_triton
+def _triton_kernel(triton, tl):
+    """The Triton kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton,
+    and then the PyTorch form is used)."""
 
     @triton.jit
     def sums(rows_ptr, weights_ptr, out_ptr, n, WORDS: tl.constexpr, ROWS: tl.constexpr):

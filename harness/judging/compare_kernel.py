@@ -19,7 +19,7 @@ import struct
 
 import torch
 
-from reference.triton_probe import launches
+from reference.triton_probe import defined_with_triton, usable
 
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
@@ -47,13 +47,9 @@ def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device`` (a row of zeros); None where Triton does not
     import, or where this Triton cannot build it: then one warning line, and PyTorch's form runs (the same
     checks, slower), so a Triton the kernel was not tried with costs speed, never a verdict."""
-    kernel = _triton_kernel()
-    if kernel is None:
-        return None
     zeros = torch.zeros(1, 64, dtype=torch.float64, device=device)
-    ran = launches("the comparison's Triton kernel", device, "comparing with PyTorch's form",
-                   lambda: run(kernel, zeros, zeros, 1.0, 1.0))
-    return kernel if ran else None
+    return usable("the comparison's Triton kernel", device, "comparing with PyTorch's form", _triton_kernel,
+                  lambda kernel: run(kernel, zeros, zeros, 1.0, 1.0))
 
 
 def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple:
@@ -76,15 +72,9 @@ def _bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
-@functools.cache
-def _triton_kernel():
-    """The kernel, defined on first use (importing this module never imports Triton), or None where Triton
-    does not import."""
-    try:
-        import triton
-        import triton.language as tl
-    except Exception:        # no Triton, or one that does not load here
-        return None
+@defined_with_triton
+def _triton_kernel(triton, tl):
+    """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
 
     # the bounds' bits are not specialised (their divisibility would make a variant per bound)
     @triton.jit(do_not_specialize=["atol_bits", "rtol_bits"])
