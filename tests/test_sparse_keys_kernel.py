@@ -24,7 +24,7 @@ CHECK = textwrap.dedent("""
             written = torch.randperm(pages * page_size, generator=gen)[:200]
             tokens = (torch.randn(len(written), fmt.d_qk, generator=gen) * 3).to(torch.bfloat16)
             tokens[0, :fmt.tile] = 0                       # an all-zero tile: scale 0 under amax (NaN values)
-            tokens[1, :fmt.tile] *= 1e-6                   # a tiny tile: a subnormal scale
+            tokens[1, :fmt.tile] *= 1e-6                   # a tiny tile: a scale far below the others
             sparse_cache.write_records(pool, written, sparse_cache.quantize(tokens, fmt, policy), fmt, page_size)
             scale_bytes = sparse_cache._page_parts(pool, fmt, page_size)[1]
             for token, byte in [(2, 0), (3, 0xFF)]:        # a scale of all zero bytes, and one of poison

@@ -9,7 +9,6 @@ Triton does not import, there is no CUDA device or the storage is small (``TRITO
 PyTorch form runs.
 """
 
-
 import torch
 
 from reference.triton_probe import defined_with_triton

@@ -3,9 +3,9 @@
 The records are read entry by entry, in each index row's order, a block of query rows at a time
 (``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
 format's reader (``sparse_cache``; on CUDA in one pass, ``sparse_keys_kernel``, the same bits) and read by
-two products (``reference.sparse.attend_listed``).  A -1
-entry reads a record of zeros in its place (never attended).  Only the slots some index lists are read
-(a serving-size pool would not fit in float64), in one of two views:
+two products (``reference.sparse.attend_listed``).  A -1 entry reads a record of zeros in its place (never
+attended).  Only the slots some index lists are read (a serving-size pool would not fit in float64), in one
+of two views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
