@@ -1,8 +1,10 @@
 """Where the device time of each phase goes, for the cases of a suite that match a filter.
 
-Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] > device-profile.txt
-(FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40, or every:K)
+Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] [--steps] > device-profile.txt
+(FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40, or every:K;
+--steps: the inputs' steps (``STEPS`` below) as ranges of their own, ``step:NAME``, inside ``phase:inputs``)
 """
+import importlib
 import sys
 
 import torch
@@ -12,8 +14,14 @@ from harness.planning import cases as case_mod
 from harness.running import chunk, phases
 from harness.running.backend_loader import load_backend
 
-suite, spec, wanted = sys.argv[1:4]
-n = sys.argv[4] if len(sys.argv) > 4 else "40"
+steps = "--steps" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--steps"]
+suite, spec, wanted = args[:3]
+n = args[3] if len(args) > 3 else "40"
+# the functions the inputs' builders call by their module-level names (so a wrapper put there is what runs)
+STEPS = {"harness.building.sparse_inputs": ["draw_normal", "quantize", "write_records", "guarded", "selected_writes",
+                                            "batched_indices", "to_device_named", "allocate", "write_slots"],
+         "harness.building.inputs": ["draw_normal"]}
 cases = [c for c in case_mod.load_suite(suite).cases if wanted in c.seqlen]
 cases = cases[::int(n.split(":")[1])] if n.startswith("every:") else cases[:int(n)]
 backend = load_backend(spec)
@@ -39,11 +47,26 @@ def labelled(name):                                           # each phase as a 
 for module in list(sys.modules.values()):                  # every module that imported ``phase`` by name
     if getattr(module, "phase", None) is real_phase:
         module.phase = labelled
+
+
+def ranged(name, function):
+    def call(*a, **k):
+        with record_function(f"step:{name}"):
+            return function(*a, **k)
+    return call
+
+
+if steps:
+    for module_name, names in STEPS.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            setattr(module, name, ranged(name, getattr(module, name)))
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
 torch.cuda.synchronize()
 averages = prof.key_averages()
-on_device = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA and not e.key.startswith("phase:")]
+on_device = [e for e in averages                          # kernels, not the ranges around them
+             if e.device_type == torch.autograd.DeviceType.CUDA and not e.key.startswith(("phase:", "step:"))]
 launches, device_us = sum(e.count for e in on_device), sum(e.self_device_time_total for e in on_device)
 print(f"{len(cases)} cases matching '{wanted}': {launches} device operations (kernels, copies, fills), "
       f"{launches / len(cases):.0f} a case; {device_us / 1e3:.1f} ms of device time, "
