@@ -5,7 +5,9 @@
 - ``dense_attention``: the attention the reference must compute, as a dense
   masked softmax built by explicit Python loops over tokens, queries and heads;
 - ``run_cli``: ``harness.cli.main`` in-process, capturing stdout and stderr;
-- ``under_triton_interpreter``: a script run by a fresh Python under Triton's CPU interpreter.
+- ``under_triton_interpreter``: a script run by a fresh Python under Triton's CPU interpreter;
+- ``disagreements_on_cuda``, ``disagreements_under_interpreter``: a kernel test's check script (one that
+  defines ``disagreements(device, kernel)``) run on CUDA in this process, or on the CPU under the interpreter.
 """
 
 import contextlib
@@ -14,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,3 +125,23 @@ def under_triton_interpreter(script: str, timeout: int = 600) -> tuple[str, str]
     if "triton does not load" in done.stderr and not os.environ.get("MLA_VERIFY_REQUIRE_TRITON_CPU"):
         pytest.skip(f"triton does not load here: {done.stderr.strip().splitlines()[-1]}")
     return done.stdout.strip(), done.stderr
+
+
+def disagreements_on_cuda(check: str, kernel) -> list:
+    """What ``disagreements("cuda", kernel)``, defined by the script ``check``, finds, in this process."""
+    space = {}
+    exec(check, space)
+    return space["disagreements"]("cuda", kernel)
+
+
+def disagreements_under_interpreter(check: str, kernel_expression: str) -> tuple[str, str]:
+    """``under_triton_interpreter`` of the script ``check`` and ``kernel = kernel_expression`` (a name
+    ``check`` imports), printing ``disagreements("cpu", kernel)`` or ``equal``.  Skips on a CUDA box: the
+    compiled kernel's test runs there instead."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
+    return under_triton_interpreter(check + textwrap.dedent(f"""
+        kernel = {kernel_expression}
+        assert kernel is not None, "triton does not load"
+        print(disagreements("cpu", kernel) or "equal")
+    """))

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import under_triton_interpreter
+from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import torch
@@ -60,18 +60,9 @@ def test_the_one_pass_sparse_keys_equal_pytorchs_on_cuda():
     from harness.building import sparse_keys_kernel
     kernel = sparse_keys_kernel.usable_kernel("cuda:0")
     assert kernel is not None, "Triton does not build the kernel on this CUDA box"
-    space = {}
-    exec(CHECK, space)
-    assert space["disagreements"]("cuda", kernel) == []
+    assert disagreements_on_cuda(CHECK, kernel) == []
 
 
 def test_the_one_pass_sparse_keys_equal_pytorchs_under_the_interpreter():
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
-    script = CHECK + textwrap.dedent("""
-        kernel = sparse_keys_kernel._triton_kernel()
-        assert kernel is not None, "triton does not load"
-        print(disagreements("cpu", kernel) or "equal")
-    """)
-    out, err = under_triton_interpreter(script)
+    out, err = disagreements_under_interpreter(CHECK, "sparse_keys_kernel._triton_kernel()")
     assert out == "equal", (out + err)[-3000:]

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import under_triton_interpreter
+from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import types
@@ -61,9 +61,7 @@ def test_the_one_pass_keys_equal_pytorchs_on_cuda():
     from reference import widen_kernel
     kernel = widen_kernel.usable_kernel("cuda:0")
     assert kernel is not None, "Triton does not build the kernel on this CUDA box"
-    space = {}
-    exec(CHECK, space)
-    assert space["disagreements"]("cuda", kernel) == []
+    assert disagreements_on_cuda(CHECK, kernel) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the oracle's GPU blocks run on CUDA; none here")
@@ -83,12 +81,5 @@ def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel(monkeypatch)
 
 
 def test_the_one_pass_keys_equal_pytorchs_under_the_interpreter():
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is here: the compiled kernel's test runs instead")
-    script = CHECK + textwrap.dedent("""
-        kernel = widen_kernel._triton_kernel()
-        assert kernel is not None, "triton does not load"
-        print(disagreements("cpu", kernel) or "equal")
-    """)
-    out, err = under_triton_interpreter(script)
+    out, err = disagreements_under_interpreter(CHECK, "widen_kernel._triton_kernel()")
     assert out == "equal", (out + err)[-3000:]
