@@ -30,7 +30,6 @@ def validate_case(case: Case, where: str) -> Case:
     def bad(key, msg):
         raise InputError(f"{where}: {key}: {msg}")
 
-
     _one_of(case, bad, "mode", MODES, "mode")
     _one_of(case, bad, "dtype", DTYPES, "dtype")
     _one_of(case, bad, "padding", PADDINGS, "padding policy")
