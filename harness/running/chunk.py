@@ -3,8 +3,8 @@
 A case of the ``call`` (or ``sparse``) scenario is built and launched on its own; its answer then waits for
 the rest of its chunk, and one ``verdicts`` call runs the oracles still to run (after every kernel
 of the chunk; an answer without a short request got its oracle right after its own kernel, see
-``scenarios._common.expect``) and compares them with one device-to-host transfer per group of
-same-size tensors.  Small cases spend most of their time in the host work of many tiny launches;
+``scenarios._common.expect``) and compares them with one device-to-host transfer for the chunk
+(``compare.check_batches``).  Small cases spend most of their time in the host work of many tiny launches;
 sharing the oracle's and the comparison's launches is what makes them cheap.  A case's numbers are
 the same in any chunk (``reference/batched.py``, ``compare.check_tensors``), and a chunk of one is
 how a single case runs, so there is one path.
