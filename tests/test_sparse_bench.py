@@ -23,10 +23,10 @@ def test_count_sparse_follows_flashmlas_formula():
     scase = build(_case("sparse/corners/3"), "cpu")          # repeated slots and -1 tails
     inputs = scase.inputs
     n, s_q, h, d_qk = inputs.q.shape
-    work = counting.count_sparse(inputs, scase.indices)
+    work = counting.count_sparse(inputs, scase.inputs.indices)
     assert work.flops == 2 * n * s_q * h * inputs.topk * (d_qk + inputs.d_v)
-    distinct = len(set(scase.indices[scase.indices >= 0].tolist()))
-    listed = int((scase.indices >= 0).sum())
+    distinct = len(set(scase.inputs.indices[scase.inputs.indices >= 0].tolist()))
+    listed = int((scase.inputs.indices >= 0).sum())
     assert 0 < distinct < listed                                # a repeat is read once
     assert work.bytes == distinct * 656 + n * s_q * h * (d_qk + inputs.d_v) * 2
 
@@ -34,8 +34,8 @@ def test_count_sparse_follows_flashmlas_formula():
 def test_v4_records_count_upstreams_576_bytes():
     scase = build(next(c for c in load_suite("sparse").cases if c.kv_format == "v4"), "cpu")
     n, s_q, h, d_qk = scase.inputs.q.shape
-    distinct = int(scase.indices[scase.indices >= 0].unique().numel())
-    assert counting.count_sparse(scase.inputs, scase.indices).bytes == \
+    distinct = int(scase.inputs.indices[scase.inputs.indices >= 0].unique().numel())
+    assert counting.count_sparse(scase.inputs, scase.inputs.indices).bytes == \
         distinct * 576 + n * s_q * h * (d_qk + scase.inputs.d_v) * 2
 
 
@@ -50,7 +50,7 @@ def test_a_sparse_case_is_verified_then_timed(backend, timed):
     if timed:
         assert row["status"] == "pass" and row["bench"]["kernel_scope"] == SCOPE
         scase = build(case, "cpu")
-        assert row["bench"]["flops"] == counting.count_sparse(scase.inputs, scase.indices).flops
+        assert row["bench"]["flops"] == counting.count_sparse(scase.inputs, scase.inputs.indices).flops
     else:
         assert row["status"] == "fail" and "a wrong kernel has no speed" in row["bench"]["why"]
 

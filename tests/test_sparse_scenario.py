@@ -10,7 +10,7 @@ from harness.backends import TorchBackend
 from harness.backends.flashmla_sparse import FlashMLASparseBackend
 from harness.backends.reference_backend import ReferenceBackend
 from harness.building.inputs import draw_seq_lens
-from harness.building.sparse_inputs import build, validate_indices
+from harness.building.sparse_inputs import build, index_stats, validate_indices
 from harness.errors import InputError
 from harness.planning.cases import Case, load_suite, validate_case
 from harness.recording.results import case_hash
@@ -41,10 +41,10 @@ def test_verify_rows_are_flattened_as_sglang_does_it():
     assert built.seen == [n + i + 1 for n in seq for i in range(3)]
     assert tuple(built.inputs.indices.shape) == (9, 1, 128) and built.inputs.q.shape[1] == 1
     assert built.inputs.cache_seqlens.tolist() == [min(n, 128) for n in built.seen]
-    valid = (built.indices >= 0).sum(-1).flatten().tolist()
+    valid = (built.inputs.indices >= 0).sum(-1).flatten().tolist()
     assert valid == [min(n, 128) for n in built.seen]
     for row in range(9):                             # a -1 tail after the valid entries, never a hole
-        entries = built.indices[row, 0]
+        entries = built.inputs.indices[row, 0]
         assert (entries[:valid[row]] >= 0).all() and (entries[valid[row]:] == -1).all()
 
 
@@ -57,13 +57,13 @@ def test_a_window_lists_the_request_slots_of_its_last_positions():
     assert torch.equal(layout.req_to_token, r2t)
     for r, n in enumerate([100, 40, 250]):
         want = r2t[layout.req_pool_indices[r], max(0, n - 64):n]
-        assert torch.equal(built.indices[r, 0, :len(want)], want)
+        assert torch.equal(built.inputs.indices[r, 0, :len(want)], want)
 
 
 def test_unreferenced_records_are_poison():
     built = build(sparse_case(seqlen="list:5,1,9"), "cpu")
     pool = built.inputs.kv_pool.view(-1, 656)
-    listed = set(built.indices[built.indices >= 0].tolist())
+    listed = set(built.inputs.indices[built.inputs.indices >= 0].tolist())
     written = {s for s in range(pool.shape[0]) if not bool((pool[s] == 0xFF).all())}
     assert listed <= written
     assert 0 not in written                        # page 0 stays reserved, and poisoned
@@ -97,9 +97,9 @@ class Recorder(TorchBackend):
 @pytest.mark.parametrize("bad,words", [(10**6, "outside the pool's"), (-2, "outside the pool's")])
 def test_an_index_outside_the_pool_is_refused_before_any_launch(bad, words):
     built = build(sparse_case(), "cpu")
-    indices = built.indices.clone()
+    indices = built.inputs.indices.clone()
     indices[1, 0, 3] = bad
-    doctored = dataclasses.replace(built, indices=indices,
+    doctored = dataclasses.replace(built, index_stats=index_stats(indices),
                                    inputs=dataclasses.replace(built.inputs, indices=indices))
     Recorder.called = False
     with pytest.raises(InputError) as e:
@@ -112,9 +112,10 @@ def test_an_index_outside_the_pool_is_refused_before_any_launch(bad, words):
 def test_the_gate_error_leaves_the_runner_as_bad_input(monkeypatch):
     def doctored_build(case, device):
         built = build(case, device)
-        indices = built.indices.clone()
+        indices = built.inputs.indices.clone()
         indices[0, 0, 0] = built.inputs.num_slots          # one past the pool's last slot
-        return dataclasses.replace(built, indices=indices, inputs=dataclasses.replace(built.inputs, indices=indices))
+        return dataclasses.replace(built, index_stats=index_stats(indices),
+                                   inputs=dataclasses.replace(built.inputs, indices=indices))
     monkeypatch.setattr(scenario, "build", doctored_build)
     Recorder.called = False
     with pytest.raises(InputError, match="outside the pool's"):
@@ -192,7 +193,7 @@ def test_sglang_and_vllm_verify_shapes_give_the_oracle_the_same_rows(seed):
     grouped = dataclasses.replace(flat, verify_rows="per_request")
     a, b = build(flat, "cpu"), build(grouped, "cpu")
     assert tuple(a.inputs.indices.shape) == (9, 1, 64) and tuple(b.inputs.indices.shape) == (3, 3, 64)
-    assert torch.equal(a.indices.reshape(3, 3, 64), b.indices)
+    assert torch.equal(a.inputs.indices.reshape(3, 3, 64), b.inputs.indices)
     assert b.inputs.cache_seqlens.tolist() == [min(n + 3, 64) for n in draw_seq_lens(flat)]
     (out_a, lse_a), (out_b, lse_b) = expected(a, "exact"), expected(b, "exact")
     assert torch.equal(out_a.reshape(3, 3, 16, 512), out_b)
@@ -201,7 +202,7 @@ def test_sglang_and_vllm_verify_shapes_give_the_oracle_the_same_rows(seed):
 
 def test_padding_rows_are_the_last_third_all_minus_one():
     built = build(sparse_case(batch_size=6, index_pattern="padded", mode="verify", draft_tokens=2), "cpu")
-    valid = (built.indices >= 0).sum(-1).flatten().tolist()
+    valid = (built.inputs.indices >= 0).sum(-1).flatten().tolist()
     assert valid[8:] == [0, 0, 0, 0] and all(v > 0 for v in valid[:8])
 
 
@@ -226,3 +227,31 @@ def test_a_kernel_that_changes_its_inputs_fails_without_a_comparison(backend, wh
     outcome = run(sparse_case(), backend, "cpu")
     assert outcome.status is Status.FAIL and outcome.failed_checks == ["inputs.unchanged"]
     assert where in outcome.messages[0] and "out" not in outcome.metrics
+
+
+@pytest.mark.parametrize("pattern", ["random", "holes", "padded", "invalid"])
+def test_index_stats_are_the_indices_own(pattern):
+    built = build(sparse_case(index_pattern=pattern, seed=23), "cpu")
+    indices = built.inputs.indices
+    per_row = (indices >= 0).sum(-1).flatten()
+    stats = built.index_stats
+    assert (stats.rows, stats.valid_entries, stats.empty_rows) == \
+        (per_row.numel(), int(per_row.sum()), int((per_row == 0).sum()))
+    assert (stats.lowest, stats.highest) == (int(indices.min()), int(indices.max()))
+    assert (pattern == "invalid") == (stats.valid_entries == 0)
+
+
+@pytest.mark.parametrize("sink", ["none", "random", "inf"])
+def test_a_case_with_no_listed_entry_gets_the_computed_empty_answer(sink):
+    """The oracle skips the arithmetic of a case whose every entry is -1: its answer is the one the
+    arithmetic gives, bit for bit (out +0.0, LSE +inf, the sink's factor applied)."""
+    from harness.judging import sparse_oracle
+    built = build(sparse_case(index_pattern="invalid", sink=sink), "cpu")
+    assert built.index_stats.valid_entries == 0
+    skipped = sparse_oracle.expected(built, "bf16_product")
+    forced = dataclasses.replace(built, index_stats=dataclasses.replace(built.index_stats, valid_entries=1))
+    computed = sparse_oracle.expected(forced, "bf16_product")
+    for a, b in zip(skipped, computed):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.view(torch.int64), b.view(torch.int64))       # the same bits, +0.0 not -0.0
+    assert torch.isposinf(skipped[1]).all() and not skipped[0].any()

@@ -52,11 +52,11 @@ def test_batched_indices_are_distinct_positions_each_row_sees_and_reproducible()
     from harness.building.sparse_inputs import build
     case = _case(mode="verify", draft_tokens=2, verify_rows="per_request")
     first, again = build(case, "cpu"), build(case, "cpu")
-    assert torch.equal(first.indices, again.indices)
+    assert torch.equal(first.inputs.indices, again.inputs.indices)
     r2t = first.inputs.req_to_token
     for row, seen in enumerate(first.seen):
         req, token = divmod(row, 2)
-        listed = first.indices[req, token]
+        listed = first.inputs.indices[req, token]
         valid = listed[listed >= 0]
         assert len(valid) == min(seen, case.topk) and len(set(valid.tolist())) == len(valid)
         assert bool((listed[len(valid):] == -1).all())                   # -1 only as a tail

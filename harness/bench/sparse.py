@@ -35,7 +35,7 @@ def bench_sparse(case, backend, device: str, ceilings, options, gpu_kernel_times
     else:
         kernel_s, timer = timing.wall_times(launch, options.iters, options.warmup), cpu_note
     kernel = timing.summary(kernel_s)
-    work = counting.count_sparse(inputs, scase.indices)
+    work = counting.count_sparse(inputs, inputs.indices)
     outcome.kernel_ms = kernel["p50"] / 1e3
     return outcome, {
         "timed": True, "gpu_numbers": inputs.device.type == "cuda", "timer": timer, "kernel_scope": SCOPE,

@@ -82,11 +82,23 @@ class SparseInputs:
 
 
 @dataclass(frozen=True)
+class IndexStats:
+    """What the gate, the oracle and the row need to know of the indices, read back in one small copy (the
+    indices themselves stay on the device: a host copy of a large case's was megabytes)."""
+
+    lowest: int                       # the smallest entry, the largest: -1 for both when there is none
+    highest: int
+    rows: int                         # query rows (kernel rows times query tokens a row)
+    valid_entries: int                # entries that are not -1
+    empty_rows: int                   # query rows whose every entry is -1
+
+
+@dataclass(frozen=True)
 class SparseCase:
     """The inputs and what the harness knows about them on the host (the gate and the row read these)."""
 
     inputs: SparseInputs
-    indices: torch.Tensor             # the indices, on the CPU
+    index_stats: IndexStats
     seen: list                        # tokens each query row sees
     seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
 
@@ -192,7 +204,7 @@ def selected_writes(indices: torch.Tensor, slots: torch.Tensor, source: torch.Te
 
 def build(case: Case, device) -> SparseCase:
     """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``.  It
-    waits for the device once, for the drawn indices (the gate reads them on the host)."""
+    waits for the device once, for the indices' ``IndexStats`` (the gate reads them on the host)."""
     device = torch.device(device)
     fmt = FORMATS[case.kv_format]
     seq_lens = draw_seq_lens(case)
@@ -235,7 +247,18 @@ def build(case: Case, device) -> SparseCase:
         indices=indices, cache_seqlens=sent["cache_seqlens"],
         attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
         req_to_token=sent["req_to_token"], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
-    return SparseCase(inputs, indices.cpu(), [seen for _, seen in rows], list(seq_lens))
+    return SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens))
+
+
+def index_stats(indices: torch.Tensor) -> IndexStats:
+    """``IndexStats`` of ``(n, s_q, topk)`` indices on any device: one read-back of four integers."""
+    rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() else indices.reshape(1, 1)
+    if not rows.numel():
+        return IndexStats(-1, -1, rows.shape[0], 0, rows.shape[0])
+    per_row = (rows >= 0).sum(dim=-1)
+    lowest, highest = torch.aminmax(rows)
+    packed = torch.stack([lowest.long(), highest.long(), per_row.sum(), (per_row == 0).sum()]).tolist()
+    return IndexStats(packed[0], packed[1], rows.shape[0], packed[2], packed[3])
 
 
 def estimated_bytes(case: Case) -> dict[str, int]:
@@ -285,15 +308,17 @@ def output_buffer(inputs: SparseInputs) -> torch.Tensor:
     return poisoned((n, s_q, heads, inputs.d_v), torch.bfloat16, inputs.device)
 
 
-def validate_indices(indices: torch.Tensor, num_slots: int):
+def validate_indices(indices: torch.Tensor, num_slots: int, stats: IndexStats | None = None):
     """Refuse, with one line, indices a kernel must not be launched on: int32 ``(n, s_q, topk)``, each
-    entry -1 or a slot in ``[0, num_slots)``."""
+    entry -1 or a slot in ``[0, num_slots)``.  ``stats``: the indices' ``IndexStats`` when known (then
+    nothing is read back unless an entry is out of range)."""
     if indices.dim() != 3 or indices.dtype != torch.int32:
         raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
                          f"{tuple(indices.shape)}")
     if not indices.numel():
         return
-    lowest, highest = (int(x) for x in torch.aminmax(indices))             # one pass; the mask only to name one
+    stats = stats or index_stats(indices)
+    lowest, highest = stats.lowest, stats.highest               # the mask below only to name an entry
     if lowest < -1 or highest >= num_slots:
         row, q, j = (int(x) for x in ((indices < -1) | (indices >= num_slots)).nonzero()[0])
         raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "

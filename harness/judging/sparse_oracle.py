@@ -94,7 +94,9 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
     out, lse = empty_answers(n * s_q, heads, inputs.d_v, q.device)
     agree = torch.ones((), dtype=torch.bool, device=q.device) if agreement else None
-    for r0, r1 in row_blocks(n * s_q, inputs.topk, d):
+    # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits
+    blocks = row_blocks(n * s_q, inputs.topk, d) if case.index_stats.valid_entries else []
+    for r0, r1 in blocks:
         idx = listed[r0:r1].long()
         valid = idx >= 0
         zeroed, slots = ~valid.flatten(), idx.clamp_min(0).flatten()
