@@ -53,8 +53,8 @@ def refusal(case, backend, device) -> str | None:
 
 def launch(backend, scase: SparseCase, waits: bool = True):
     """Gate, run and time one sparse call with a fresh guarded output buffer, witnessing its inputs.
-    The gate reads the indices' ``IndexStats``, read back when they were built: no wait for the device.  ``waits``: wait for the device
-    before and after the call, as ``_common.launch`` does."""
+    The gate reads the indices' ``IndexStats``, read back when they were built: no wait for the device.
+    ``waits``: wait for the device before and after the call, as ``_common.launch`` does."""
     validate_indices(scase.inputs.indices, scase.inputs.num_slots, scase.index_stats)
     inputs = dataclasses.replace(scase.inputs, out=output_buffer(scase.inputs))
     witness = Witness(inputs)
