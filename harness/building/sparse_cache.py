@@ -14,8 +14,9 @@ Scale policies (how a writer picks a tile's scale from its amax):
 - ``amax``: SGLang's writer (``dsa_quant_k_cache.py``, ``_quantize_k_cache_fast_kernel``): scale =
   amax / 448 in float32, stored as is (not a power of two), values ``clamp(x * (1 / scale))``; no
   epsilon, so an all-zero tile gets scale 0 and NaN values, as in SGLang;
-- ``ue8m0``: FlashMLA's tests (``tests/quant.py``): scale = 2^ceil(log2(max(amax / 448, 1e-4))),
-  values ``x / scale``.  V4 stores ue8m0 bytes, so it takes this policy only.
+- ``ue8m0``: FlashMLA's tests (``tests/quant.py``): scale = 2^ceil(log2(max(amax / 448, 1e-4))), the
+  smallest power of two at or above that ratio (worked out in bits), values ``x / scale``.  V4 stores
+  ue8m0 bytes, so it takes this policy only.
 
 Readers: ``exact`` is ``e4m3 * scale`` in float64 (what the record means); ``bf16_product`` is what
 FlashMLA's SM90 kernel computes, ``bf16(e4m3 * bf16(scale))`` (docs/sparse.md): the two agree only
@@ -82,8 +83,11 @@ def tile_scales(amax: torch.Tensor, policy: str) -> torch.Tensor:
     """Each tile's scale from its amax (float32), by policy."""
     if policy == "amax":
         return amax.float() / E4M3_MAX
-    if policy == "ue8m0":
-        return torch.pow(2, torch.clamp_min(amax.float() / E4M3_MAX, 1e-4).log2().ceil())
+    if policy == "ue8m0":         # 2^ceil(log2(r)) said in bits, so no rounding of a log2 decides it
+        bits = torch.clamp_min(amax.float() / E4M3_MAX, 1e-4).view(torch.int32)
+        exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+        kept = (bits & 0x7FFFFFFF) >= 0x7F800000                                            # NaN and inf
+        return torch.where(kept, bits, exponent << 23).view(torch.float32)
     raise ValueError(f"unknown scale policy '{policy}' (known: {', '.join(SCALE_POLICIES)})")
 
 

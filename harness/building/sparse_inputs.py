@@ -31,6 +31,7 @@ from reference.sparse import ROW_BLOCK_ELEMENTS
 from ..errors import InputError
 from ..judging.integrity import HASH_ROW_BYTES, guarded
 from ..planning.cases import Case
+from . import sparse_write_kernel
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
 from .kv_store import first_writes
 from .pool import allocate
@@ -181,14 +182,13 @@ def engine_shape(case: Case) -> int:
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
-def selected_writes(indices: torch.Tensor, slots: torch.Tensor, source: torch.Tensor, num_slots: int):
-    """The engine's writes (``slots`` and their ``source`` tokens, from ``write_slots``) of the tokens some
-    index selects, on the indices' device, without waiting for it: in their order, then padded to a length
-    fixed by the shapes alone (no slot is written twice, so at most one write per index entry) with writes
-    to slot ``num_slots``, the spare page past the pool (``build`` poisons it again).  The other tokens are
-    not written: their records keep the pool's poison, so a kernel that reads a record outside every key
-    set (its own request's included) reads NaN.  A selected record's bytes are the same as with every token
-    written."""
+def selected_writes(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """The slots of the engine's writes (``slots``, from ``write_slots``) of the tokens some index selects,
+    on the indices' device, without waiting for it: in their order, then padded to a length fixed by the
+    shapes alone (no slot is written twice, so at most one write per index entry) with writes to slot
+    ``num_slots``, the spare page past the pool (``build`` poisons it again).  The other tokens are not
+    written: their records keep the pool's poison, so a kernel that reads a record outside every key set
+    (its own request's included) reads NaN."""
     listed = torch.zeros(num_slots + 1, dtype=torch.bool, device=indices.device)
     listed.index_fill_(0, indices.reshape(-1).long().clamp_max(num_slots), True)   # -1 (and past the pool): the last
     chosen = listed[slots.long()]
@@ -198,8 +198,7 @@ def selected_writes(indices: torch.Tensor, slots: torch.Tensor, source: torch.Te
     picked = torch.full((n + 1,), -1, dtype=torch.long, device=indices.device)
     picked.scatter_(0, place, torch.arange(len(slots), device=indices.device))
     picked = picked[:n]
-    taken = picked.clamp_min(0)
-    return torch.where(picked >= 0, slots[taken], num_slots), source[taken]
+    return torch.where(picked >= 0, slots[picked.clamp_min(0)], num_slots)
 
 
 def build(case: Case, device) -> SparseCase:
@@ -216,9 +215,9 @@ def build(case: Case, device) -> SparseCase:
     s_q = engine_shape(case)
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
-    slots, source = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)
+    slots = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)[0]
     pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32), "req_to_token": layout.req_to_token,
-            "slots": slots, "source": torch.arange(len(slots), dtype=torch.int32) if source is None else source}
+            "slots": slots}
     if case.index_pattern == "batched":
         pack["seen"] = torch.tensor([n for _, n in rows], dtype=torch.int32)
         pack["owner"] = layout.req_pool_indices[[r for r, _ in rows]].to(torch.int32)
@@ -233,13 +232,14 @@ def build(case: Case, device) -> SparseCase:
         sent["indices"] = batched_indices(case, width, sent["seen"], sent["owner"], sent["req_to_token"])
     indices = sent["indices"].view(len(rows) // s_q, s_q, case.topk)
     num_slots = layout.num_pages * case.page_size
-    slots, source = selected_writes(indices, sent["slots"], sent["source"], num_slots)
+    slots = selected_writes(indices, sent["slots"], num_slots)
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
-    tokens = draw_normal((sum(total), case.d_qk), gen, torch.bfloat16)
+    tokens = draw_normal((len(slots), case.d_qk), gen, torch.bfloat16)      # the written ones: no others are read
     # one spare page past the pool takes the padding writes, and is poisoned again after them
     pages = guarded((layout.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    write_records(pages, slots, quantize(tokens[source.long()], fmt, case.kv_scales), fmt, case.page_size)
+    if not sparse_write_kernel.write_tokens(pages, slots, tokens, fmt, case.page_size, case.kv_scales):
+        write_records(pages, slots, quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
     pages[layout.num_pages].fill_(POISON_BYTE)
     inputs = SparseInputs(
         q=q, kv_pool=pages[:layout.num_pages, :case.page_size * fmt.bytes_per_token].view(
@@ -263,10 +263,11 @@ def index_stats(indices: torch.Tensor) -> IndexStats:
 
 def estimated_bytes(case: Case) -> dict[str, int]:
     """A sparse case's peak device bytes by part, and their ``total``: the records, the tokens drawn and
-    quantized (bf16 draws, then float32 tiles, their abs, the scaled values and their clamp: about 20 bytes
-    an element), the bf16 copy of the whole pool the prefill-kernel adapters dequantize, and the oracle's
-    float64 block of listed keys (``reference.sparse.ROW_BLOCK_ELEMENTS``) three times over (the keys, their
-    records and a view's temporaries, the scores: about 2.2 times on the largest heads) with its output."""
+    quantized (those written, at most one per index entry; PyTorch's form: bf16 draws, then float32 tiles,
+    their abs, the scaled values and their clamp, about 20 bytes an element), the bf16 copy of the whole
+    pool the prefill-kernel adapters dequantize, and the oracle's float64 block of listed keys
+    (``reference.sparse.ROW_BLOCK_ELEMENTS``) three times over (the keys, their records and a view's
+    temporaries, the scores: about 2.2 times on the largest heads) with its output."""
     return dict(_estimate(case))
 
 
@@ -277,7 +278,7 @@ def _estimate(case: Case) -> dict[str, int]:
     layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
     rows = len(query_rows(case, list(draw_seq_lens(case))))
     parts = {"records": layout_pages * fmt.page_bytes(case.page_size),
-             "draws": sum(total) * case.d_qk * 20,
+             "draws": min(sum(total), rows * case.topk) * case.d_qk * 20,
              "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
              "oracle": min(ROW_BLOCK_ELEMENTS, rows * case.topk * case.d_qk) * 8 * 3
              + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}

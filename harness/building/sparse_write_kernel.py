@@ -1,0 +1,120 @@
+"""A sparse case's tokens quantized and written into the pool's records in one pass on CUDA: a Triton kernel
+for ``sparse_cache.quantize`` followed by ``sparse_cache.write_records``.
+
+PyTorch's form widens the tokens' values to float32, takes each tile's amax, scales, clamps and converts
+them (a pass each), then scatters the values, the rope and the scales into the records (three more).  Here
+each program reads ``BLOCK`` tokens once and writes their records once.  The arithmetic is the same
+operations, each correctly rounded: the scale ``amax / 448`` (``div_rn``), under ``amax`` values times its
+reciprocal then clamped, under ``ue8m0`` the smallest power of two at or above ``max(amax / 448, 1e-4)``
+(``sparse_cache.tile_scales``, in bits) and values divided by it (exact).  The e4m3 conversion is
+PyTorch's (nearest, ties to even, as c10's ``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both
+round; NaN is 0x7F with its sign), said in bits so that Triton's interpreter converts as the GPU does.  So the pool's
+bytes are PyTorch's (``tests/test_sparse_write_kernel.py``).  Where Triton does not import or cannot build
+the kernel, ``write_tokens`` says no and PyTorch's form runs.
+"""
+
+import functools
+
+import torch
+
+from reference.triton_probe import defined_with_triton, usable
+
+from .sparse_cache import FORMATS, RecordFormat
+
+BLOCK = 16           # tokens a program writes
+
+
+def write_tokens(pool: torch.Tensor, slots: torch.Tensor, tokens: torch.Tensor, fmt: RecordFormat, page_size: int,
+                 policy: str) -> bool:
+    """Store ``tokens (len(slots), d_qk)`` bf16 at ``slots`` of ``pool (pages, page_bytes)`` uint8 as
+    ``write_records(pool, slots, quantize(tokens, fmt, policy), fmt, page_size)`` does, the same bytes.
+    False, with nothing written, where the kernel does not apply (off CUDA, another device) or cannot run."""
+    if not (pool.is_cuda and slots.device == tokens.device == pool.device):
+        return False
+    kernel = usable_kernel(str(pool.device))
+    if kernel is None:
+        return False
+    run(kernel, pool, slots, tokens, fmt, page_size, policy)
+    return True
+
+
+def run(kernel, pool, slots, tokens, fmt: RecordFormat, page_size: int, policy: str):
+    """``write_tokens`` with this kernel (the tests run it under Triton's interpreter too)."""
+    if policy not in fmt.policies:
+        raise ValueError(f"format {fmt.name} takes scale policies {', '.join(fmt.policies)}, not '{policy}'")
+    if tokens.dtype != torch.bfloat16 or tokens.shape != (slots.numel(), fmt.d_qk):
+        raise ValueError(f"tokens must be bf16 ({slots.numel()}, {fmt.d_qk}), got {tokens.dtype} "
+                         f"{tuple(tokens.shape)}")
+    n = slots.numel()
+    if n:
+        kernel[(-(-n // BLOCK),)](pool.view(torch.uint8), slots.reshape(-1), tokens.contiguous(), n, page_size,
+                                  pool.stride(0), D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile,
+                                  ROW=fmt.row_bytes, SCALES_AFTER_ROWS=fmt.scales_after_rows,
+                                  AMAX_POLICY=policy == "amax", BLOCK=BLOCK)
+
+
+@functools.cache
+def usable_kernel(device: str):
+    """The kernel, once it has built and run on ``device`` (one V3.2 record); None where Triton does not
+    import or cannot build it (then one warning line: a Triton it was not tried with costs speed)."""
+    def first_launch(kernel):
+        fmt = FORMATS["v32"]
+        pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8, device=device)
+        tokens = torch.zeros(1, fmt.d_qk, dtype=torch.bfloat16, device=device)
+        run(kernel, pool, torch.zeros(1, dtype=torch.int64, device=device), tokens, fmt, 64, "ue8m0")
+    return usable("the sparse records' Triton writer", device, "writing records with PyTorch's form",
+                  _triton_kernel, first_launch)
+
+
+@defined_with_triton
+def _triton_kernel(triton, tl):
+    """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
+
+    @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr"])
+    def token_records(pool_ptr, slots_ptr, tokens_ptr, n, page_size, page_stride, D_NOPE: tl.constexpr,
+                      D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
+                      SCALES_AFTER_ROWS: tl.constexpr, AMAX_POLICY: tl.constexpr, BLOCK: tl.constexpr):
+        token = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = token < n
+        slot = tl.load(slots_ptr + token, mask=inside, other=0).to(tl.int64)
+        page, offset = slot // page_size, slot % page_size
+        row = page * page_stride + offset * ROW                                     # int64: large pools
+        if SCALES_AFTER_ROWS:       # V4: the page's ue8m0 scales, 8 bytes a slot, after all its rows
+            scales = page * page_stride + page_size * ROW + offset * 8
+        else:                       # V3.2: float32 scales after the values
+            scales = row + D_NOPE
+        source = tokens_ptr + token[:, None] * (D_NOPE + D_ROPE)
+        for start in tl.static_range(0, D_NOPE, TILE):
+            column = start + tl.arange(0, TILE)
+            x = tl.load(source + column[None, :], mask=inside[:, None], other=0.0).to(tl.float32)
+            ratio = tl.div_rn(tl.max(tl.abs(x), axis=1), 448.0)
+            if AMAX_POLICY:         # SGLang: amax / 448 as is, values times its reciprocal, clamped (NaN kept)
+                scale = ratio
+                v = x * tl.div_rn(tl.full(ratio.shape, 1.0, tl.float32), scale)[:, None]
+                v = tl.where(v != v, v, tl.minimum(tl.maximum(v, -448.0), 448.0))
+            else:                   # the smallest power of two at or above max(amax / 448, 1e-4)
+                bits = tl.maximum(ratio, 1e-4).to(tl.int32, bitcast=True)
+                exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+                scale = (exponent << 23).to(tl.float32, bitcast=True)
+                v = tl.div_rn(x, scale[:, None])                                     # exact: a power of two
+            # float -> e4m3fn as c10 says it in bits (|v| <= 448 here, or NaN: 0x7F from 480 up)
+            f = v.to(tl.int32, bitcast=True)
+            sign = (f >> 24) & 0x80
+            magnitude = f & 0x7FFFFFFF
+            tiny = ((magnitude.to(tl.float32, bitcast=True) + 16384.0).to(tl.int32, bitcast=True)
+                    - (141 << 23))                                                    # below 2^-6: units of 2^-9
+            normal = (magnitude + ((7 - 127) << 23) + 0x7FFFF + ((magnitude >> 20) & 1)) >> 20
+            code = tl.where(magnitude >= (1087 << 20), 0x7F, tl.where(magnitude < (121 << 23), tiny, normal))
+            tl.store(pool_ptr + row[:, None] + column[None, :], ((code & 0xFF) | sign).to(tl.uint8),
+                     mask=inside[:, None])
+            if SCALES_AFTER_ROWS:   # a ue8m0 byte: the power of two's biased exponent
+                tl.store(pool_ptr + scales + start // TILE, (exponent & 0xFF).to(tl.uint8), mask=inside)
+            else:
+                at = (pool_ptr + scales + 4 * (start // TILE)).to(tl.pointer_type(tl.float32))
+                tl.store(at, scale, mask=inside)
+        column = tl.arange(0, D_ROPE)
+        rope = tl.load(source + D_NOPE + column[None, :], mask=inside[:, None], other=0.0)
+        rope_at = (pool_ptr + row + ROW - 2 * D_ROPE).to(tl.pointer_type(tl.bfloat16))
+        tl.store(rope_at[:, None] + column[None, :], rope, mask=inside[:, None])
+
+    return token_records
