@@ -12,8 +12,9 @@ of 576 bytes, as FlashMLA's tests lay it out.
 Scale policies (how a writer picks a tile's scale from its amax):
 
 - ``amax``: SGLang's writer (``dsa_quant_k_cache.py``, ``_quantize_k_cache_fast_kernel``): scale =
-  amax / 448 in float32, stored as is (not a power of two), values ``clamp(x * (1 / scale))``; no
-  epsilon, so an all-zero tile gets scale 0 and NaN values, as in SGLang;
+  amax / 448 in float32 (``tile_scales``: the product with float32(1 / 448)), stored as is (not a power
+  of two), values ``clamp(x * (1 / scale))``; no epsilon, so an all-zero tile gets scale 0 and NaN values,
+  as in SGLang;
 - ``ue8m0``: FlashMLA's tests (``tests/quant.py``): scale = 2^ceil(log2(max(amax / 448, 1e-4))), the
   smallest power of two at or above that ratio (worked out in bits), values ``x / scale``.  V4 stores
   ue8m0 bytes, so it takes this policy only.
@@ -80,11 +81,14 @@ class Quantized:
 
 
 def tile_scales(amax: torch.Tensor, policy: str) -> torch.Tensor:
-    """Each tile's scale from its amax (float32), by policy."""
+    """Each tile's scale from its amax (float32), by policy.  ``amax / 448`` is the product ``amax *
+    float32(1 / 448)``: PyTorch's CUDA division by a constant computes that (it can differ from the
+    quotient in the last bit), and written as the product the scales are the same on every device."""
+    ratio = amax.float() * (1.0 / E4M3_MAX)
     if policy == "amax":
-        return amax.float() / E4M3_MAX
+        return ratio
     if policy == "ue8m0":         # 2^ceil(log2(r)) said in bits, so no rounding of a log2 decides it
-        bits = torch.clamp_min(amax.float() / E4M3_MAX, 1e-4).view(torch.int32)
+        bits = torch.clamp_min(ratio, 1e-4).view(torch.int32)
         exponent = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
         kept = (bits & 0x7FFFFFFF) >= 0x7F800000                                            # NaN and inf
         return torch.where(kept, bits, exponent << 23).view(torch.float32)

@@ -4,13 +4,14 @@ for ``sparse_cache.quantize`` followed by ``sparse_cache.write_records``.
 PyTorch's form widens the tokens' values to float32, takes each tile's amax, scales, clamps and converts
 them (a pass each), then scatters the values, the rope and the scales into the records (three more).  Here
 each program reads ``BLOCK`` tokens once and writes their records once.  The arithmetic is the same
-operations, each correctly rounded: the scale ``amax / 448`` (``div_rn``), under ``amax`` values times its
-reciprocal then clamped, under ``ue8m0`` the smallest power of two at or above ``max(amax / 448, 1e-4)``
-(``sparse_cache.tile_scales``, in bits) and values divided by it (exact).  The e4m3 conversion is
-PyTorch's (nearest, ties to even, as c10's ``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both
-round; NaN is 0x7F with its sign), said in bits so that Triton's interpreter converts as the GPU does.  So the pool's
-bytes are PyTorch's (``tests/test_sparse_write_kernel.py``).  Where Triton does not import or cannot build
-the kernel, ``write_tokens`` says no and PyTorch's form runs.
+operations, each correctly rounded: the ratio ``amax * float32(1 / 448)`` (``sparse_cache.tile_scales``);
+under ``amax`` that is the scale, and the values are times its reciprocal (``div_rn``), then clamped; under
+``ue8m0`` the scale is the smallest power of two at or above ``max(ratio, 1e-4)`` (in bits) and the values
+are divided by it (exact).  The e4m3 conversion is PyTorch's (nearest, ties to even, as c10's
+``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both round; NaN is 0x7F with its sign), said in bits so
+that Triton's interpreter converts as the GPU does.  So the pool's bytes are PyTorch's
+(``tests/test_sparse_write_kernel.py``).  Where Triton does not import or cannot build the kernel,
+``write_tokens`` says no and PyTorch's form runs.
 """
 
 import functools
@@ -19,7 +20,7 @@ import torch
 
 from reference.triton_probe import defined_with_triton, usable
 
-from .sparse_cache import FORMATS, RecordFormat
+from .sparse_cache import E4M3_MAX, FORMATS, RecordFormat
 
 BLOCK = 16           # tokens a program writes
 
@@ -50,7 +51,7 @@ def run(kernel, pool, slots, tokens, fmt: RecordFormat, page_size: int, policy: 
         kernel[(-(-n // BLOCK),)](pool.view(torch.uint8), slots.reshape(-1), tokens.contiguous(), n, page_size,
                                   pool.stride(0), D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile,
                                   ROW=fmt.row_bytes, SCALES_AFTER_ROWS=fmt.scales_after_rows,
-                                  AMAX_POLICY=policy == "amax", BLOCK=BLOCK)
+                                  AMAX_POLICY=policy == "amax", INVERSE_MAX=1.0 / E4M3_MAX, BLOCK=BLOCK)
 
 
 @functools.cache
@@ -73,7 +74,8 @@ def _triton_kernel(triton, tl):
     @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr"])
     def token_records(pool_ptr, slots_ptr, tokens_ptr, n, page_size, page_stride, D_NOPE: tl.constexpr,
                       D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
-                      SCALES_AFTER_ROWS: tl.constexpr, AMAX_POLICY: tl.constexpr, BLOCK: tl.constexpr):
+                      SCALES_AFTER_ROWS: tl.constexpr, AMAX_POLICY: tl.constexpr, INVERSE_MAX: tl.constexpr,
+                      BLOCK: tl.constexpr):
         token = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = token < n
         slot = tl.load(slots_ptr + token, mask=inside, other=0).to(tl.int64)
@@ -87,7 +89,7 @@ def _triton_kernel(triton, tl):
         for start in tl.static_range(0, D_NOPE, TILE):
             column = start + tl.arange(0, TILE)
             x = tl.load(source + column[None, :], mask=inside[:, None], other=0.0).to(tl.float32)
-            ratio = tl.div_rn(tl.max(tl.abs(x), axis=1), 448.0)
+            ratio = tl.max(tl.abs(x), axis=1) * INVERSE_MAX             # sparse_cache.tile_scales' product
             if AMAX_POLICY:         # SGLang: amax / 448 as is, values times its reciprocal, clamped (NaN kept)
                 scale = ratio
                 v = x * tl.div_rn(tl.full(ratio.shape, 1.0, tl.float32), scale)[:, None]
