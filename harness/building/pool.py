@@ -132,8 +132,10 @@ def _req_to_token(pages: np.ndarray, lengths: np.ndarray, rows: np.ndarray, max_
 
 def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
              padding: str = "minus_one", table_width: int | None = None,
-             pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=()) -> PageLayout:
-    """Allocate shuffled pages for each request and build ``req_to_token`` and the block table.
+             pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=(),
+             block_table: bool = True) -> PageLayout:
+    """Allocate shuffled pages for each request and build ``req_to_token`` and, unless ``block_table`` is
+    false (sparse cases index slots through ``req_to_token`` alone), the block table.
 
     ``pool_pages > 0`` fixes the pool's size (``extra_pages`` is then unused) and
     spreads the live pages over all of it, ``pinned_pages`` among them.
@@ -173,10 +175,10 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     req_to_token = _req_to_token(pages, lengths, rows, max_reqs, page_size)
     width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
     # read back from req_to_token, as build_block_table does, so the two can never disagree
-    block_table = table_from_page_starts(req_to_token[:, ::page_size], rows, pages_within(lengths, page_size, width),
-                                         page_size, width, padding_fill(padding))
-    return PageLayout(page_size, num_pages, *(torch.from_numpy(a) for a in (
-        req_to_token, rows, block_table, lengths.astype(np.int32), order[:used])))
+    table = table_from_page_starts(req_to_token[:, ::page_size], rows, pages_within(lengths, page_size, width),
+                                   page_size, width, padding_fill(padding)) if block_table else None
+    return PageLayout(page_size, num_pages, *(None if a is None else torch.from_numpy(a) for a in (
+        req_to_token, rows, table, lengths.astype(np.int32), order[:used])))
 
 
 def pages_used(need, shared) -> int:

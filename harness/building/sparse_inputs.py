@@ -153,6 +153,8 @@ def host_drawn_indices(case: Case, rows: list, layout, host_gen: torch.Generator
     r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
     indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
     for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
+        if pattern == "invalid" or seen == 0:       # all -1, and no draw (as positions_for)
+            continue
         pos = positions_for(pattern, seen, case.topk, host_gen)
         indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
     return torch.from_numpy(indices)
@@ -210,7 +212,7 @@ def build(case: Case, device) -> SparseCase:
     total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
     host_gen = torch.Generator().manual_seed(case.seed + 2)
     layout = allocate(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                      pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total))
+                      pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total), block_table=False)
     rows = query_rows(case, seq_lens)
     s_q = engine_shape(case)
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
