@@ -215,8 +215,8 @@ def test_without_nvml_the_run_measures_with_torch(monkeypatch):
     assert gpu_memory.free_memory() is None
 
 
-def test_gpu_workers_are_one_per_four_cores_at_most_four(monkeypatch):
-    for cores, wanted in ((2, 1), (8, 2), (16, 4), (128, 4)):
+def test_gpu_workers_are_one_per_two_cores_at_most_eight(monkeypatch):
+    for cores, wanted in ((2, 1), (8, 4), (16, 8), (128, 8)):
         monkeypatch.setattr(worker_pool.os, "cpu_count", lambda cores=cores: cores)
         assert worker_pool.default_workers("cuda") == wanted
         assert worker_pool.default_workers("cpu") == 1

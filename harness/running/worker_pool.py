@@ -14,13 +14,15 @@ import signal
 import threading
 from dataclasses import dataclass
 
+from . import gpus as gpus_module
 from .worker_process import serve
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
-# out.  On the H200's 16 cores the flashmla-upstream matrix ran at 224 cases/s with 1 worker, 274 with 2 and
-# 313-348 with 3 to 8 (docs/gpu-runs.md, 2026-12-03, fourth session); one per 4 cores, at most 4.
-GPU_WORKERS = 4
-CORES_PER_GPU_WORKER = 4
+# out.  On the H200's 16 cores (docs/gpu-runs.md, 2026-12-04, sixth session; runs alternated in one call) the
+# flashmla-upstream matrix ran at 440, 404 and 371 cases/s with 4 workers and 447, 460, 505 and 510 with 8;
+# the flashmla-sparse-upstream matrix at 181 with 4 and 224 and 234 with 8.  One per 2 cores, at most 8.
+GPU_WORKERS = 8
+CORES_PER_GPU_WORKER = 2
 
 
 def default_workers(device: str, gpus: int = 1) -> int:
@@ -29,7 +31,7 @@ def default_workers(device: str, gpus: int = 1) -> int:
     work, spread over the process's threads already."""
     if device != "cuda":
         return 1
-    return max(1, min(GPU_WORKERS, (os.cpu_count() or 1) // CORES_PER_GPU_WORKER // max(gpus, 1)))
+    return gpus_module.workers_per_gpu(os.cpu_count() or 1, gpus, GPU_WORKERS, CORES_PER_GPU_WORKER)
 
 
 def gpu_present() -> bool:
