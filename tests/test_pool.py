@@ -310,3 +310,31 @@ def test_no_kernel_launch_on_an_invalid_block_table():
     inp2 = generate(small_case(seqlen="list:5,130,64,1"))
     steps.launch(backend, inp2)
     assert backend.calls == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_device_built_tables_are_the_host_built_ones(seed):
+    """``req_to_token_of`` (torch, on any device) is ``allocate``'s req_to_token, and ``written_slots`` is
+    ``write_slots``' slots, for layouts with radix-shared prefixes, fixed pools and pages of 1 to 64 slots."""
+    from harness.building.kv_store import first_writes, write_slots
+    from harness.building.pool import assign_pages, req_to_token_of
+    from harness.building.sparse_inputs import written_slots
+    gen = torch.Generator().manual_seed(seed)
+    page_size = [1, 2, 53, 64, 64, 7][seed]
+    lengths = torch.randint(0, 300, (int(torch.randint(1, 9, (1,), generator=gen)),), generator=gen).tolist()
+    shared = [min(2, -(-n // page_size)) for n in lengths] if seed % 2 else None
+    pool_pages = 4000 if seed == 4 else 0
+    args = (lengths, page_size, 5, pool_pages, shared)
+
+    def drawn(draw):
+        return draw(lengths, page_size, 5, torch.Generator().manual_seed(seed + 100), pool_pages=pool_pages,
+                    shared_pages=shared)
+    layout, pages = drawn(allocate), drawn(assign_pages)
+    table = req_to_token_of(*(torch.from_numpy(a) for a in (pages.pages, pages.lengths, pages.rows)),
+                            pages.max_reqs, page_size)
+    assert torch.equal(table, layout.req_to_token), args
+    first = first_writes(shared or [0] * len(lengths), page_size)
+    count = [max(n - f, 0) for f, n in zip(first, lengths)]
+    slots = written_slots(table, torch.from_numpy(pages.rows), torch.tensor(first), torch.tensor(count), sum(count))
+    assert torch.equal(slots.to(torch.int32), write_slots(layout, first, lengths)[0]), args
+    assert slots.numel() == sum(count) > 0 or sum(lengths) == 0

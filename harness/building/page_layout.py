@@ -16,7 +16,7 @@ class PageLayout:
     num_pages: int
     req_to_token: torch.Tensor       # (max_reqs, max_context) KV slot per token
     req_pool_indices: torch.Tensor   # (b,) row of req_to_token for request r
-    block_table: torch.Tensor | None  # (b, max_pages) page ids, padded past the last page; None: not built
+    block_table: torch.Tensor        # (b, max_pages) page ids, padded past the last page
     cache_seqlens: torch.Tensor      # (b,) tokens in the cache per request
     used_pages: torch.Tensor         # (num_used,) pages holding some request's tokens
 

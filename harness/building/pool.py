@@ -23,6 +23,8 @@ Re-exported here, for the tests, scenarios and plug-ins that import them from ``
 ``build_block_table``, ``fill_stale``) and the gates (``validate_*``).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -42,15 +44,16 @@ from .pool_gates import validate_block_table, validate_req_to_token, validate_to
 SPARE_ROWS = 2        # rows of req_to_token past the batch's, as a real pool has
 
 
-def token_index(lengths: torch.Tensor, device=None):
+def token_index(lengths: torch.Tensor, device=None, total: int | None = None):
     """For requests of these lengths: each token's request and its position in the request.
 
     ``lengths`` may live on the CPU while the result is built on ``device``: the
-    total is read on the CPU, so a GPU build needs no device-to-host sync.
+    total is read on the CPU, so a GPU build needs no device-to-host sync.  ``total``:
+    their sum where the caller knows it (then device ``lengths`` are not read back).
     """
     lengths = lengths.long()
     device = lengths.device if device is None else torch.device(device)
-    total = int(lengths.sum())
+    total = int(lengths.sum()) if total is None else total
     lengths = lengths.to(device)
     request = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths, output_size=total)
     starts = torch.cumsum(lengths, 0) - lengths
@@ -130,22 +133,22 @@ def _req_to_token(pages: np.ndarray, lengths: np.ndarray, rows: np.ndarray, max_
     return slots
 
 
-def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
-             padding: str = "minus_one", table_width: int | None = None,
-             pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=(),
-             block_table: bool = True) -> PageLayout:
-    """Allocate shuffled pages for each request and build ``req_to_token`` and, unless ``block_table`` is
-    false (sparse cases index slots through ``req_to_token`` alone), the block table.
+@dataclass(frozen=True)
+class PageAssignment:
+    """Which pages each request holds, before any table is built from it (host numpy, int32)."""
 
-    ``pool_pages > 0`` fixes the pool's size (``extra_pages`` is then unused) and
-    spreads the live pages over all of it, ``pinned_pages`` among them.
-    ``shared_pages[r]``: request r's first pages are the first pages of one common
-    chain (same physical pages), as a radix cache shares a matched prefix.
+    page_size: int
+    num_pages: int
+    pages: np.ndarray           # (b, the most pages a request needs): request r's page j, 0 past its last
+    rows: np.ndarray            # (b,) req_pool_indices: request r's row of req_to_token
+    lengths: np.ndarray         # (b,) tokens per request
+    used_pages: np.ndarray      # pages holding some request's tokens
+    max_reqs: int               # rows of req_to_token, the spare ones included
 
-    The page order is drawn by torch on the CPU (so it is the same on every
-    device); everything else is built in numpy on the host, and the layout is
-    returned on the CPU (``transfer.to_device`` sends it).
-    """
+
+def assign_pages(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
+                 pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=()) -> PageAssignment:
+    """Shuffled pages for each request, drawn as ``allocate`` draws them (the same seed, the same pages)."""
     if page_size < 1:
         raise InputError(f"page_size must be at least 1, got {page_size}")
     if any(n < 0 for n in cache_seqlens):
@@ -171,14 +174,51 @@ def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: to
     max_reqs = b + SPARE_ROWS
     rows = torch.randperm(max_reqs, generator=gen)[:b].numpy().astype(np.int32)   # req_pool_indices
     first_own = chain + np.cumsum(own) - own          # request r's own pages: order[first_own[r] : + own[r]]
-    pages = _request_pages(order, need, shared, first_own)
-    req_to_token = _req_to_token(pages, lengths, rows, max_reqs, page_size)
-    width = table_width if table_width is not None else max(int(need.max()) if b else 1, 1)
+    return PageAssignment(page_size, num_pages, _request_pages(order, need, shared, first_own), rows,
+                          lengths.astype(np.int32), order[:used], max_reqs)
+
+
+def allocate(cache_seqlens: list[int], page_size: int, extra_pages: int, gen: torch.Generator,
+             padding: str = "minus_one", table_width: int | None = None,
+             pool_pages: int = 0, shared_pages: list[int] | None = None, pinned_pages=()) -> PageLayout:
+    """Allocate shuffled pages for each request (``assign_pages``) and build ``req_to_token`` and the
+    block table.
+
+    ``pool_pages > 0`` fixes the pool's size (``extra_pages`` is then unused) and
+    spreads the live pages over all of it, ``pinned_pages`` among them.
+    ``shared_pages[r]``: request r's first pages are the first pages of one common
+    chain (same physical pages), as a radix cache shares a matched prefix.
+
+    The page order is drawn by torch on the CPU (so it is the same on every
+    device); everything else is built in numpy on the host, and the layout is
+    returned on the CPU (``transfer.to_device`` sends it).
+    """
+    a = assign_pages(cache_seqlens, page_size, extra_pages, gen, pool_pages, shared_pages, pinned_pages)
+    req_to_token = _req_to_token(a.pages, a.lengths, a.rows, a.max_reqs, page_size)
+    need = pages_for(a.lengths.astype(np.int64), page_size)
+    width = table_width if table_width is not None else max(int(need.max()) if len(need) else 1, 1)
     # read back from req_to_token, as build_block_table does, so the two can never disagree
-    table = table_from_page_starts(req_to_token[:, ::page_size], rows, pages_within(lengths, page_size, width),
-                                   page_size, width, padding_fill(padding)) if block_table else None
-    return PageLayout(page_size, num_pages, *(None if a is None else torch.from_numpy(a) for a in (
-        req_to_token, rows, table, lengths.astype(np.int32), order[:used])))
+    block_table = table_from_page_starts(req_to_token[:, ::page_size], a.rows,
+                                         pages_within(a.lengths, page_size, width), page_size, width,
+                                         padding_fill(padding))
+    return PageLayout(page_size, a.num_pages, *(torch.from_numpy(x) for x in (
+        req_to_token, a.rows, block_table, a.lengths, a.used_pages)))
+
+
+def req_to_token_of(pages: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor, max_reqs: int,
+                    page_size: int) -> torch.Tensor:
+    """``req_to_token`` (``_req_to_token``'s int32 values) built by torch on the tensors' device, from a
+    ``PageAssignment``'s ``pages``, ``lengths`` and ``rows`` there: nothing read back, nothing as wide as
+    the table sent."""
+    device = pages.device
+    row_pages = torch.zeros((max_reqs, max(pages.shape[1], 1)), dtype=torch.int32, device=device)
+    row_pages[rows.long(), :pages.shape[1]] = pages
+    row_lengths = torch.zeros(max_reqs, dtype=torch.int64, device=device)
+    row_lengths[rows.long()] = lengths.long()
+    offsets = torch.arange(page_size, dtype=torch.int32, device=device)
+    slots = (row_pages[:, :, None] * page_size + offsets).reshape(max_reqs, -1)
+    beyond = torch.arange(slots.shape[1], device=device)[None, :] >= row_lengths[:, None]
+    return slots.masked_fill_(beyond, 0)
 
 
 def pages_used(need, shared) -> int:

@@ -32,9 +32,9 @@ from ..errors import InputError
 from ..judging.integrity import HASH_ROW_BYTES, guarded
 from ..planning.cases import Case
 from . import sparse_write_kernel
-from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for, write_slots
+from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for
 from .kv_store import first_writes
-from .pool import allocate
+from .pool import assign_pages, req_to_token_of, token_index
 from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
 from .transfer import to_device_named
 
@@ -148,35 +148,46 @@ def row_patterns(case: Case, rows: list[tuple[int, int]]) -> list[str]:
     return ["invalid" if r >= first_padding else "random" for r, _ in rows]
 
 
-def host_drawn_indices(case: Case, rows: list, layout, host_gen: torch.Generator) -> torch.Tensor:
-    """Each row's slots, drawn row by row on the host (``positions_for``): ``(rows, topk)`` int32."""
-    r2t, pool_rows = layout.req_to_token.numpy(), layout.req_pool_indices.numpy()
-    indices = np.full((len(rows), case.topk), -1, dtype=np.int32)
-    for i, ((r, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
-        if pattern == "invalid" or seen == 0:       # all -1, and no draw (as positions_for)
-            continue
-        pos = positions_for(pattern, seen, case.topk, host_gen)
-        indices[i] = np.where(pos >= 0, r2t[pool_rows[r], np.maximum(pos, 0)], -1)
-    return torch.from_numpy(indices)
+def host_drawn_positions(case: Case, rows: list, host_gen: torch.Generator) -> torch.Tensor:
+    """Each row's listed positions (of the tokens it sees), drawn row by row on the host
+    (``positions_for``), -1 padded: ``(rows, topk)`` int32."""
+    positions = np.full((len(rows), case.topk), -1, dtype=np.int32)
+    for i, ((_, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
+        if pattern != "invalid" and seen > 0:       # else all -1, and no draw (as positions_for)
+            positions[i] = positions_for(pattern, seen, case.topk, host_gen)
+    return torch.from_numpy(positions)
 
 
-def batched_indices(case: Case, width: int, seen: torch.Tensor, owner: torch.Tensor,
-                    req_to_token: torch.Tensor) -> torch.Tensor:
-    """The ``batched`` pattern: every row's key set in one draw on the device, as FlashMLA's tests draw
-    theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
-    row's positions), mapped to slots through ``req_to_token``.  ``seen`` and ``owner`` (each row's tokens
-    seen and ``req_to_token`` row) and ``req_to_token`` on the device; ``width``: the most tokens a row
-    sees, or topk if more.  ``(rows, topk)`` int32.  No per-row host work (FlashMLA's matrix has 1.3 million
-    query rows), and no wait."""
+def batched_positions(case: Case, width: int, seen: torch.Tensor) -> torch.Tensor:
+    """The ``batched`` pattern: every row's listed positions in one draw on the device, as FlashMLA's tests
+    draw theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
+    row's positions).  ``seen``: each row's tokens seen, on the device; ``width``: the most tokens a row
+    sees, or topk if more.  ``(rows, topk)``.  No per-row host work (FlashMLA's matrix has 1.3 million query
+    rows), and no wait."""
     device = seen.device
     gen = torch.Generator(device=device).manual_seed(case.seed + 3)
     keys = torch.rand(len(seen), width, generator=gen, device=device)
     keys.masked_fill_(torch.arange(width, device=device)[None, :] >= seen[:, None], -torch.inf)
     pos = keys.topk(case.topk, dim=-1).indices
-    valid = pos < seen[:, None]
-    table = req_to_token[owner.long()]                                               # (rows, max_context)
-    slots = table.gather(1, torch.where(valid, pos, torch.zeros_like(pos)).clamp_max(table.shape[1] - 1))
-    return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)
+    return torch.where(pos < seen[:, None], pos, -1)
+
+
+def slots_of(positions: torch.Tensor, owner: torch.Tensor, req_to_token: torch.Tensor) -> torch.Tensor:
+    """``transform_index_page_table_decode``: each listed position's KV slot, ``req_to_token[owner[row],
+    position]``; -1 stays -1.  ``(rows, topk)`` int32, on the tensors' device."""
+    listed = positions.long()
+    valid = listed >= 0
+    slots = req_to_token[owner.long()[:, None], listed.clamp(0, req_to_token.shape[1] - 1)]
+    return torch.where(valid, slots, -1).to(torch.int32)
+
+
+def written_slots(req_to_token: torch.Tensor, rows: torch.Tensor, first: torch.Tensor, count: torch.Tensor,
+                  total: int) -> torch.Tensor:
+    """The slots the engine writes (``kv_store.write_slots``' order): request r's tokens ``first[r]`` on, ``count[r]``
+    of them, request by request, read from its row ``rows[r]`` of ``req_to_token``; ``total`` (the sum of
+    ``count``, known on the host) fixes the length, so nothing waits."""
+    request, offset = token_index(count, req_to_token.device, total)
+    return req_to_token[rows.long()[request], first.long()[request] + offset]
 
 
 def engine_shape(case: Case) -> int:
@@ -204,51 +215,58 @@ def selected_writes(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) 
 
 
 def build(case: Case, device) -> SparseCase:
-    """The case's inputs, from its seed: lengths and layout on the host, tokens and q on ``device``.  It
-    waits for the device once, for the indices' ``IndexStats`` (the gate reads them on the host)."""
+    """The case's inputs, from its seed: lengths, pages and listed positions drawn on the host, everything
+    as wide as the context (``req_to_token``, the slots, the tokens) built on ``device``.  It waits for the
+    device once, for the indices' ``IndexStats`` (the gate reads them on the host)."""
     device = torch.device(device)
     fmt = FORMATS[case.kv_format]
     seq_lens = draw_seq_lens(case)
     total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
     host_gen = torch.Generator().manual_seed(case.seed + 2)
-    layout = allocate(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                      pool_pages=case.pool_pages, shared_pages=shared_pages_for(case, total), block_table=False)
+    shared = shared_pages_for(case, total)
+    pages = assign_pages(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
+                         pool_pages=case.pool_pages, shared_pages=shared)
     rows = query_rows(case, seq_lens)
     s_q = engine_shape(case)
+    first = first_writes(shared, case.page_size)
+    count = [max(n - f, 0) for f, n in zip(first, total)]
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
-    slots = write_slots(layout, first_writes(shared_pages_for(case, total), case.page_size), total)[0]
-    pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32), "req_to_token": layout.req_to_token,
-            "slots": slots}
+    pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32),
+            "pages": torch.from_numpy(pages.pages), "rows": torch.from_numpy(pages.rows),
+            "lengths": torch.from_numpy(pages.lengths), "first": torch.tensor(first, dtype=torch.int32),
+            "count": torch.tensor(count, dtype=torch.int32),
+            "owner": torch.from_numpy(pages.rows[[r for r, _ in rows]])}
     if case.index_pattern == "batched":
         pack["seen"] = torch.tensor([n for _, n in rows], dtype=torch.int32)
-        pack["owner"] = layout.req_pool_indices[[r for r, _ in rows]].to(torch.int32)
     else:
-        pack["indices"] = host_drawn_indices(case, rows, layout, host_gen)
+        pack["positions"] = host_drawn_positions(case, rows, host_gen)
     sink = sink_for(case, host_gen)
     if sink is not None:
         pack["sink"] = sink.float().view(torch.int32)          # as its bits: one int32 transfer carries all
     sent = to_device_named(pack, device)
+    req_to_token = req_to_token_of(sent["pages"], sent["lengths"], sent["rows"], pages.max_reqs, case.page_size)
     if case.index_pattern == "batched":
         width = max(max((n for _, n in rows), default=0), case.topk)
-        sent["indices"] = batched_indices(case, width, sent["seen"], sent["owner"], sent["req_to_token"])
-    indices = sent["indices"].view(len(rows) // s_q, s_q, case.topk)
-    num_slots = layout.num_pages * case.page_size
-    slots = selected_writes(indices, sent["slots"], num_slots)
+        sent["positions"] = batched_positions(case, width, sent["seen"])
+    indices = slots_of(sent["positions"], sent["owner"], req_to_token).view(len(rows) // s_q, s_q, case.topk)
+    num_slots = pages.num_pages * case.page_size
+    slots = selected_writes(indices, written_slots(req_to_token, sent["rows"], sent["first"], sent["count"],
+                                                   sum(count)), num_slots)
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((len(slots), case.d_qk), gen, torch.bfloat16)      # the written ones: no others are read
     # one spare page past the pool takes the padding writes, and is poisoned again after them
-    pages = guarded((layout.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    if not sparse_write_kernel.write_tokens(pages, slots, tokens, fmt, case.page_size, case.kv_scales):
-        write_records(pages, slots, quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
-    pages[layout.num_pages].fill_(POISON_BYTE)
+    records = guarded((pages.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
+    if not sparse_write_kernel.write_tokens(records, slots, tokens, fmt, case.page_size, case.kv_scales):
+        write_records(records, slots, quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
+    records[pages.num_pages].fill_(POISON_BYTE)
     inputs = SparseInputs(
-        q=q, kv_pool=pages[:layout.num_pages, :case.page_size * fmt.bytes_per_token].view(
-            layout.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
+        q=q, kv_pool=records[:pages.num_pages, :case.page_size * fmt.bytes_per_token].view(
+            pages.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
         indices=indices, cache_seqlens=sent["cache_seqlens"],
         attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
-        req_to_token=sent["req_to_token"], softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
+        req_to_token=req_to_token, softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
     return SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens))
 
 

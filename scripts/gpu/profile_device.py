@@ -20,8 +20,8 @@ suite, spec, wanted = args[:3]
 n = args[3] if len(args) > 3 else "40"
 # the functions the inputs' builders call by their module-level names (so a wrapper put there is what runs)
 STEPS = {"harness.building.sparse_inputs": ["draw_normal", "quantize", "write_records", "guarded", "selected_writes",
-                                            "batched_indices", "to_device_named", "allocate", "write_slots",
-                                            "index_stats"],
+                                            "batched_positions", "to_device_named", "assign_pages", "req_to_token_of",
+                                            "written_slots", "slots_of", "index_stats"],
          "harness.building.sparse_write_kernel": ["write_tokens"],
          "harness.building.inputs": ["draw_normal"]}
 cases = [c for c in case_mod.load_suite(suite).cases if wanted in c.seqlen]
