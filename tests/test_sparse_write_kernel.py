@@ -1,8 +1,8 @@
 """The sparse records written in one pass (``harness/building/sparse_write_kernel.py``) against PyTorch's
 form (``sparse_cache.write_records(quantize(...))``): the same pool, byte for byte (the poison left
-unwritten included), for both formats, both scale policies, page sizes 64, 53 and 2, tiles of zeros, tiny
-tiles (the ue8m0 floor), large values and a slot past the pool's live pages.  On CUDA the compiled kernel; on
-the CPU the kernel under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
+unwritten included), for both formats, both scale policies, page sizes 64, 53 and 2, tiles of zeros and of
+negative zeros, tiny tiles (the ue8m0 floor), large values and e4m3 subnormals.  On CUDA the compiled kernel;
+on the CPU the kernel under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
 
 import textwrap
 

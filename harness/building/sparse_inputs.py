@@ -1,8 +1,9 @@
 """A sparse case's inputs, as SGLang 0.5.23's DSA backend builds them (``dsa_backend.py``), and the gate.
 
 - The pool: pages of ``page_size`` fp8 token records (``sparse_cache``), all poisoned (0xFF: NaN in every
-  part of a record) and then written through ``req_to_token`` (``pool.allocate``: shuffled pages, page 0
-  reserved, spare pages and an optional radix-shared prefix) with the tokens some index selects.  A record
+  part of a record) and then written through ``req_to_token`` (``pool.assign_pages``, as ``pool.allocate``
+  draws them: shuffled pages, page 0 reserved, spare pages and an optional radix-shared prefix; the table
+  built on the device, ``pool.req_to_token_of``) with the tokens some index selects.  A record
   no index selects keeps its poison, scale and rope bytes included, so a read outside every key set shows
   (an engine's cache holds every token; only the selected ones are read).
 - The query rows: decode has one per request, which sees its ``seq_len`` tokens.  Target verify is
@@ -196,7 +197,7 @@ def engine_shape(case: Case) -> int:
 
 
 def selected_writes(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """The slots of the engine's writes (``slots``, from ``write_slots``) of the tokens some index selects,
+    """The slots of the engine's writes (``slots``, from ``written_slots``) of the tokens some index selects,
     on the indices' device, without waiting for it: in their order, then padded to a length fixed by the
     shapes alone (no slot is written twice, so at most one write per index entry) with writes to slot
     ``num_slots``, the spare page past the pool (``build`` poisons it again).  The other tokens are not
