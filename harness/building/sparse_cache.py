@@ -95,10 +95,21 @@ def tile_scales(amax: torch.Tensor, policy: str) -> torch.Tensor:
     raise ValueError(f"unknown scale policy '{policy}' (known: {', '.join(SCALE_POLICIES)})")
 
 
-def quantize(tokens: torch.Tensor, fmt: RecordFormat, policy: str) -> Quantized:
-    """``tokens (n, d_qk)`` (bf16, the model's KV) as ``fmt``'s writer under ``policy`` stores them."""
+def check_policy(fmt: RecordFormat, policy: str):
+    """Refuse a scale policy ``fmt`` does not take (the writers' shared check)."""
     if policy not in fmt.policies:
         raise ValueError(f"format {fmt.name} takes scale policies {', '.join(fmt.policies)}, not '{policy}'")
+
+
+def check_view(view: str):
+    """Refuse an unknown dequantization view (the readers' shared check)."""
+    if view not in DEQUANT_MODES:
+        raise ValueError(f"unknown dequantization '{view}' (known: {', '.join(DEQUANT_MODES)})")
+
+
+def quantize(tokens: torch.Tensor, fmt: RecordFormat, policy: str) -> Quantized:
+    """``tokens (n, d_qk)`` (bf16, the model's KV) as ``fmt``'s writer under ``policy`` stores them."""
+    check_policy(fmt, policy)
     n = tokens.shape[0]
     tiles = tokens[:, :fmt.d_nope].to(torch.float32, copy=True).view(n, fmt.tiles, fmt.tile)   # scaled in place
     amax = torch.linalg.vector_norm(tiles, ord=torch.inf, dim=-1)               # max |x|, exact, one pass
@@ -171,17 +182,16 @@ def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) 
     """``(n, d_qk)`` keys in ``dtype``: ``exact`` (e4m3 * scale) or ``bf16_product`` (the SM90 kernel's
     ``bf16(e4m3 * bf16(scale))``; the product of 4 and 8 significant bits is exact in float32).  Each part
     is written once, into its columns of the result (the keys are the oracle's largest tensor)."""
+    check_view(mode)
     n = q.nope.shape[0]
     keys = torch.empty(n, fmt.d_qk, dtype=dtype, device=q.nope.device)
     nope = keys[:, :fmt.d_nope].view(n, fmt.tiles, fmt.tile)           # a view of the result's columns
     values = q.nope.view(n, fmt.tiles, fmt.tile)
     if mode == "exact":
         nope.copy_(values).mul_(q.scales.to(dtype)[..., None])        # float64: 4 x 24 bits, exact
-    elif mode == "bf16_product":
+    else:                      # bf16_product
         scale = q.scales.to(torch.bfloat16).float()
         nope.copy_((values.float() * scale[..., None]).to(torch.bfloat16))
-    else:
-        raise ValueError(f"unknown dequantization '{mode}' (known: {', '.join(DEQUANT_MODES)})")
     keys[:, fmt.d_nope:].copy_(q.rope)
     return keys
 

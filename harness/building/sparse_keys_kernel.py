@@ -18,7 +18,7 @@ import torch
 
 from reference.triton_probe import defined_with_triton, usable
 
-from .sparse_cache import DEQUANT_MODES, FORMATS, RecordFormat
+from .sparse_cache import FORMATS, RecordFormat, check_view
 
 BLOCK = 32           # entries a program reads
 CHUNK = 64           # values it converts at a time (a scale's tile is 64 or 128 values)
@@ -37,8 +37,7 @@ def read_keys(pool: torch.Tensor, slots: torch.Tensor, zeroed: torch.Tensor, fmt
 
 def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: str) -> torch.Tensor:
     """``read_keys`` with this kernel (the tests run it under Triton's interpreter too)."""
-    if view not in DEQUANT_MODES:
-        raise ValueError(f"unknown dequantization '{view}' (known: {', '.join(DEQUANT_MODES)})")
+    check_view(view)
     if fmt.d_nope % CHUNK or fmt.tile % CHUNK:
         raise ValueError(f"format {fmt.name}: its widths are not whole chunks of {CHUNK} values")
     n = slots.numel()

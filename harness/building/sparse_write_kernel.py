@@ -20,7 +20,7 @@ import torch
 
 from reference.triton_probe import defined_with_triton, usable
 
-from .sparse_cache import E4M3_MAX, FORMATS, RecordFormat
+from .sparse_cache import E4M3_MAX, FORMATS, RecordFormat, check_policy
 
 BLOCK = 16           # tokens a program writes
 
@@ -41,8 +41,7 @@ def write_tokens(pool: torch.Tensor, slots: torch.Tensor, tokens: torch.Tensor, 
 
 def run(kernel, pool, slots, tokens, fmt: RecordFormat, page_size: int, policy: str):
     """``write_tokens`` with this kernel (the tests run it under Triton's interpreter too)."""
-    if policy not in fmt.policies:
-        raise ValueError(f"format {fmt.name} takes scale policies {', '.join(fmt.policies)}, not '{policy}'")
+    check_policy(fmt, policy)
     if tokens.dtype != torch.bfloat16 or tokens.shape != (slots.numel(), fmt.d_qk):
         raise ValueError(f"tokens must be bf16 ({slots.numel()}, {fmt.d_qk}), got {tokens.dtype} "
                          f"{tuple(tokens.shape)}")
