@@ -208,6 +208,7 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
             actual[int(torch.randint(n, (1,), generator=g))] = float("nan")
             expected[int(torch.randint(n, (1,), generator=g))] = float("inf")
         pairs.append(Pair(actual.reshape(-1, 1) if n % 2 else actual, expected.reshape(-1, 1) if n % 2 else expected))
+    pairs.append(Pair(pairs[6].actual.half(), pairs[6].expected))              # a size shared with another dtype
     pairs.append(Pair(torch.zeros(3), torch.zeros(4, dtype=torch.float64)))      # a shape failure among them
     together = check_tensors("out", pairs, bound)
     for pair, check in zip(pairs, together):
@@ -217,14 +218,17 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
     assert len({c.cos_diff for c in together[6:9]}) == 3         # same size, own numbers
 
 
-def test_groups_hold_pairs_of_one_size_in_rows_fixed_by_the_size():
+def test_groups_hold_pairs_of_one_size_and_dtype_in_rows_fixed_by_the_size():
     from harness.judging.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
     cuda, cpu = torch.device("cuda"), torch.device("cpu")          # by name: nothing is allocated
     sizes = [100] * (GROUP_ROWS + 3) + [GROUP_ELEMENTS // 3] * 4 + [GROUP_ELEMENTS * 2, 7]
-    groups = _groups(list(range(len(sizes))), sizes, cuda)
+    kinds = [(n, torch.bfloat16, torch.float64) for n in sizes]
+    kinds[3] = (100, torch.float16, torch.float64)                  # another dtype: a group of its own
+    groups = _groups(list(range(len(sizes))), kinds, cuda)
     big = GROUP_ROWS + 3
-    assert groups == [(GROUP_ROWS, list(range(GROUP_ROWS))), (GROUP_ROWS, list(range(GROUP_ROWS, big))),
+    first = [i for i in range(big) if i != 3]
+    assert groups == [(GROUP_ROWS, first[:GROUP_ROWS]), (GROUP_ROWS, first[GROUP_ROWS:]), (GROUP_ROWS, [3]),
                       (3, [big, big + 1, big + 2]), (3, [big + 3]), (1, [big + 4]), (GROUP_ROWS, [big + 5])]
     assert group_rows(GROUP_ELEMENTS * 2, cuda) == 1 and group_rows(1, cuda) == GROUP_ROWS
     # on the CPU every pair is a group of its own: spare rows there are arithmetic, not saved launches
-    assert _groups([0, 1, 2], [100, 100, 7], cpu) == [(1, [0]), (1, [1]), (1, [2])]
+    assert _groups([0, 1, 2], kinds[:2] + [kinds[-1]], cpu) == [(1, [0]), (1, [1]), (1, [2])]

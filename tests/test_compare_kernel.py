@@ -1,7 +1,7 @@
 """The comparison's one-pass statistics (``harness/judging/compare_kernel.py``) against PyTorch's form
 (``compare._statistics_torch``): the same counts, maxima and places of each maximum, and sums equal to
-float64 rounding.  On CUDA the compiled kernel; on the CPU the same kernel under Triton's interpreter (a
-subprocess: the flag is read when Triton loads)."""
+float64 rounding, with a float64 side and with a bf16 one read as it is.  On CUDA the compiled kernel; on
+the CPU the same kernel under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
 
 import textwrap
 
@@ -28,23 +28,40 @@ CHECK = textwrap.dedent("""
             a[0, width // 3] = e[0, width // 3] + 5      # a clear worst element, far from a tie
             e[0, 7], a[0, 7] = 0.0, 0.25                 # relative error against zero: over the 1e-30 floor
             yield width, a.to(device), e.to(device)
+        # ties: the same worst ratio, error and mismatch in several places, across blocks and segments
+        e = torch.zeros(2, 40000, dtype=torch.float64)
+        a = torch.zeros(2, 40000, dtype=torch.float64)
+        for place in (17000, 300, 5000, 39999, 1300):
+            a[0, place] = 0.5
+            a[1, place] = float("nan")
+        yield 40000, a.to(device), e.to(device)
 
     def disagreements(device, kernel):
         bound = Bound(atol=1e-3, rtol=1e-2, cos_diff=1e-5)
         found = []
         for width, a, e in rows_to_check(device):
+            # a float64 side, and a bf16 one as a kernel's out is read: as it is (the kernel widens it)
+            for side in (a, a.to(torch.bfloat16)):
+                found += differences(f"width {width}, {side.dtype}", kernel, side, e, bound)
             sums, top, first = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
-            sums_t, top_t, first_t = compare._statistics_torch(a, e, bound)
-            if not torch.equal(first.cpu(), first_t.cpu()):
-                found.append(f"width {width}: places {first.tolist()} != {first_t.tolist()}")
-            if not torch.equal(sums[:, 4:].cpu(), sums_t[:, 4:].cpu()):
-                found.append(f"width {width}: counts {sums[:, 4:].tolist()} != {sums_t[:, 4:].tolist()}")
-            if not torch.allclose(top.cpu(), top_t.cpu(), rtol=1e-14, atol=0):
-                found.append(f"width {width}: maxima {top.tolist()} != {top_t.tolist()}")
-            if not torch.allclose(sums[:, :4].cpu(), sums_t[:, :4].cpu(), rtol=1e-12, atol=0):
-                found.append(f"width {width}: sums {sums[:, :4].tolist()} != {sums_t[:, :4].tolist()}")
-            if not (top[2, 3] == 1 and first[2, 3] == width // 2 and first[0, 0] == width // 3):
+            if len(a) == 3 and not (top[2, 3] == 1 and first[2, 3] == width // 2 and first[0, 0] == width // 3):
                 found.append(f"width {width}: the planted mismatch or worst element was not found")
+            if len(a) == 2 and not (first[0, :3].tolist() == [300] * 3 and first[1, 3] == 300):
+                found.append(f"width {width}: ties did not keep the first place: {first.tolist()}")
+        return found
+
+    def differences(what, kernel, a, e, bound):
+        sums, top, first = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
+        sums_t, top_t, first_t = compare._statistics_torch(a.double(), e, bound)
+        found = []
+        if not torch.equal(first.cpu(), first_t.cpu()):
+            found.append(f"{what}: places {first.tolist()} != {first_t.tolist()}")
+        if not torch.equal(sums[:, 4:].cpu(), sums_t[:, 4:].cpu()):
+            found.append(f"{what}: counts {sums[:, 4:].tolist()} != {sums_t[:, 4:].tolist()}")
+        if not torch.allclose(top.cpu(), top_t.cpu(), rtol=1e-14, atol=0):
+            found.append(f"{what}: maxima {top.tolist()} != {top_t.tolist()}")
+        if not torch.allclose(sums[:, :4].cpu(), sums_t[:, :4].cpu(), rtol=1e-12, atol=0):
+            found.append(f"{what}: sums {sums[:, :4].tolist()} != {sums_t[:, :4].tolist()}")
         return found
 """)
 

@@ -150,8 +150,9 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> tuple[list[Tens
     if len(devices) > 1:
         raise ValueError(f"pairs compared together must have their expected values on one device, got {devices}")
     device = next(iter(devices), torch.device("cpu"))
+    kinds = [(pairs[i].expected.numel(), pairs[i].actual.dtype, pairs[i].expected.dtype) for i in todo]
     statistics = [([results[i] for i in group], _statistics([pairs[i] for i in group], rows, bound))
-                  for rows, group in _groups(todo, [pairs[i].expected.numel() for i in todo], device)]
+                  for rows, group in _groups(todo, kinds, device)]
     return results, statistics
 
 
@@ -166,27 +167,31 @@ def group_rows(n: int, device: torch.device) -> int:
     return max(1, min(GROUP_ROWS, GROUP_ELEMENTS // n)) if device.type == "cuda" else 1
 
 
-def _groups(todo: list[int], sizes: list[int], device: torch.device) -> list[tuple[int, list[int]]]:
-    """``(rows, pair indices)``: the pairs of each size, ``group_rows`` at a time."""
-    by_size = {}
-    for i, n in zip(todo, sizes):
-        by_size.setdefault(n, []).append(i)
-    return [(rows, members[k:k + rows]) for n, members in by_size.items()
-            for rows in [group_rows(n, device)] for k in range(0, len(members), rows)]
+def _groups(todo: list[int], kinds: list[tuple], device: torch.device) -> list[tuple[int, list[int]]]:
+    """``(rows, pair indices)``: the pairs of each kind, ``group_rows`` at a time.  A kind is the size first,
+    then the two sides' dtypes: the kernel reads a side in its own dtype, and the order it adds a row in
+    follows the dtype's layout, so pairs of one dtype are checked together and a pair's sums never depend
+    on what another pair's dtype is."""
+    by_kind = {}
+    for i, kind in zip(todo, kinds):
+        by_kind.setdefault(kind, []).append(i)
+    return [(rows, members[k:k + rows]) for kind, members in by_kind.items()
+            for rows in [group_rows(kind[0], device)] for k in range(0, len(members), rows)]
 
 
 def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> torch.Tensor:
     """Each pair's row of statistics (see ``_fill``) ``(len(pairs), columns)`` float64, on the device: the
     pairs, all of one size, are the first rows of a ``rows``-row group.  On CUDA one Triton pass
-    (``compare_kernel``), elsewhere PyTorch's (``_statistics_torch``)."""
+    (``compare_kernel``, reading each side in its own dtype), elsewhere PyTorch's (``_statistics_torch``,
+    in float64)."""
     n = pairs[0].expected.numel()
     # a row's reduction reads its start's alignment (vectorised loads): rows start 512-byte aligned
     width = -(-n // ROW_ALIGN) * ROW_ALIGN
     a, e = (_stacked([getattr(pair, side) for pair in pairs], rows, width) for side in ("actual", "expected"))
     fused = compare_kernel.statistics(a, e, bound.atol, bound.rtol)
-    sums, top, where = fused if fused is not None else _statistics_torch(a, e, bound)
+    sums, top, where = fused if fused is not None else _statistics_torch(a.double(), e.double(), bound)
     at = torch.stack([where[:, 0], where[:, 3]], dim=1)                    # worst, first mismatch
-    stats = torch.cat([sums, top, where.double(), a.gather(1, at), e.gather(1, at)], dim=1)
+    stats = torch.cat([sums, top, where.double(), a.gather(1, at).double(), e.gather(1, at).double()], dim=1)
     return stats[:len(pairs)]
 
 
@@ -220,22 +225,20 @@ def _statistics_torch(a: torch.Tensor, e: torch.Tensor, bound: Bound) -> tuple:
 
 
 def _stacked(tensors: list[torch.Tensor], rows: int, width: int) -> torch.Tensor:
-    """``(rows, width)`` float64: each tensor's elements in a row, row tails and spare rows zero.
-
-    One concatenation in the tensors' own dtype, then one widening: a concatenation that converts
-    dtypes copies its inputs one launch at a time.
-    """
+    """``(rows, width)`` in the tensors' one dtype: each tensor's elements in a row, row tails and spare
+    rows zero, in one concatenation.  A group of one tensor with no tail is a view of it (a contiguous
+    one), no copy: a large out is compared where it lies."""
     flat = [t.reshape(-1) for t in tensors]
-    if len({t.dtype for t in flat}) > 1:
-        flat = [t.double() for t in flat]
     n, like = flat[0].numel(), flat[0]
+    if rows == 1 and n == width and like.is_contiguous():
+        return like.view(1, width)
     parts = []
     tail = like.new_zeros(width - n)
     for t in flat:
         parts += [t, tail] if width > n else [t]
     if rows > len(flat):
         parts.append(like.new_zeros((rows - len(flat)) * width))
-    return torch.cat(parts).view(rows, width).double()
+    return torch.cat(parts).view(rows, width)
 
 
 class _Statistics(NamedTuple):

@@ -3,8 +3,10 @@
 ``compare._statistics`` in PyTorch makes about thirty passes over a group's float64 elements (every
 element-wise step and reduction is a launch of its own, with a temporary the group's size); on the H200
 that was a quarter of the upstream matrices' device time (docs/gpu-runs.md).  Here each program reads a
-fixed ``SEGMENT`` of one row once and writes its partial sums, maxima and the first place of each maximum;
-a few PyTorch reductions over the segments finish them.
+fixed ``SEGMENT`` of one row once, each side in its own dtype, and writes its partial sums, maxima and the
+first place of each maximum; a few PyTorch reductions over the segments finish them.  The sums are added a
+block at a time; the maxima are kept per lane and reduced once at the end (block-wise arg-max reductions
+cost more than the reading).
 
 A row's numbers depend only on the row: its segments are fixed by its width, each program adds its
 blocks in one order, and the segments are reduced along a dimension fixed by the width too.  So, as in
@@ -24,21 +26,27 @@ from reference.triton_probe import defined_with_triton, usable
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
 SUMS, MAXIMA = 6, 4               # the columns of compare._Statistics: summed, then maximised
+# the dtypes the kernel reads as they are (a variant each, readied in the warm-up); others go as float64
+READ_AS_IS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
 def statistics(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float):
     """``(sums (rows, 6), maxima (rows, 4), first places (rows, 4) int64)`` of the finite-part products,
     the mismatch and violation counts, and the ratio / error / relative error / mismatch maxima of each row
-    of ``a`` and ``e`` ``(rows, width)`` float64, as ``compare._statistics`` defines them; or None where the
-    kernel cannot run (PyTorch's form then)."""
+    of ``a`` and ``e`` ``(rows, width)`` (any floating dtype, read as float64), as ``compare._statistics``
+    defines them; or None where the kernel cannot run (PyTorch's form then)."""
     kernel = usable_kernel(str(a.device)) if a.is_cuda else None
-    return None if kernel is None else run(kernel, a, e, atol, rtol)
+    if kernel is None:
+        return None
+    a, e = (x if x.dtype in READ_AS_IS else x.double() for x in (a, e))
+    return run(kernel, a, e, atol, rtol)
 
 
 def warm_up(device):
     """Ready the kernel in a worker's warm-up rather than its first chunk (its first launch in a process
-    loads or builds the binary): ``usable_kernel``'s launch.  Every width the comparison uses is a multiple
-    of 64 (``compare.ROW_ALIGN``), so that launch readies the variant every later one uses."""
+    loads or builds the binary): ``usable_kernel``'s launches, one for each dtype it reads as it is.  Every
+    width the comparison uses is a multiple of 64 (``compare.ROW_ALIGN``), so those launches ready the
+    variants every later one uses."""
     usable_kernel(str(torch.empty(0, device=device).device))      # "cuda" named as a tensor's device: cuda:0
 
 
@@ -47,9 +55,12 @@ def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device`` (a row of zeros); None where Triton does not
     import, or where this Triton cannot build it: then one warning line, and PyTorch's form runs (the same
     checks, slower), so a Triton the kernel was not tried with costs speed, never a verdict."""
-    zeros = torch.zeros(1, 64, dtype=torch.float64, device=device)
-    return usable("the comparison's Triton kernel", device, "comparing with PyTorch's form", _triton_kernel,
-                  lambda kernel: run(kernel, zeros, zeros, 1.0, 1.0))
+    expected = torch.zeros(1, 64, dtype=torch.float64, device=device)
+
+    def probe(kernel):
+        for dtype in READ_AS_IS:
+            run(kernel, expected.to(dtype), expected, 1.0, 1.0)
+    return usable("the comparison's Triton kernel", device, "comparing with PyTorch's form", _triton_kernel, probe)
 
 
 def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple:
@@ -86,14 +97,18 @@ def _triton_kernel(triton, tl):
         segments = tl.num_programs(1).to(tl.int64)
         zero = tl.zeros((), dtype=tl.float64)
         aa, ee, ae, dd, mismatches, violations = zero, zero, zero, zero, zero, zero
-        best_ratio, best_err, best_rel, best_mismatch = zero - 1, zero - 1, zero - 1, zero - 1
-        at_ratio, at_err, at_rel, at_mismatch = row * 0, row * 0, row * 0, row * 0
+        # maxima per lane, reduced once after the loop: a lane's places only grow, so a strict ">" keeps its
+        # first place of its maximum, and the smallest place among the lanes at the maximum is the first
+        lane_ratio = tl.full([BLOCK], -1.0, tl.float64)
+        lane_err, lane_rel, lane_mismatch = lane_ratio, lane_ratio, lane_ratio
+        at_ratio = tl.zeros([BLOCK], tl.int64)
+        at_err, at_rel, at_mismatch = at_ratio, at_ratio, at_ratio
         for start in range(0, tl.minimum(SEGMENT, width - segment * SEGMENT), BLOCK):
-            first = segment * SEGMENT + start
-            place = first + tl.arange(0, BLOCK)
+            place = segment * SEGMENT + start + tl.arange(0, BLOCK)
             inside = place < width
-            a = tl.load(a_ptr + row * width + place, mask=inside, other=0.0)
-            e = tl.load(e_ptr + row * width + place, mask=inside, other=0.0)
+            # either side in its own dtype (a bf16 out needs no float64 copy); every value widens exactly
+            a = tl.load(a_ptr + row * width + place, mask=inside, other=0.0).to(tl.float64)
+            e = tl.load(e_ptr + row * width + place, mask=inside, other=0.0).to(tl.float64)
             finite = (tl.abs(a) < float("inf")) & (tl.abs(e) < float("inf"))      # false for NaN and +-inf
             same = finite | (a == e) | ((a != a) & (e != e))  # NaN/inf positions match
             af, ef = tl.where(finite, a, 0.0), tl.where(finite, e, 0.0)
@@ -107,18 +122,21 @@ def _triton_kernel(triton, tl):
             dd += tl.sum(err * err)
             mismatches += tl.sum(mismatch)
             violations += tl.sum(tl.where(ratio > 1, 1.0, 0.0).to(tl.float64))
-            v, i = tl.max(ratio, 0, return_indices=True, return_indices_tie_break_left=True)
-            at_ratio = tl.where(v > best_ratio, first + i, at_ratio)      # a tie keeps the earlier place
-            best_ratio = tl.maximum(v, best_ratio)
-            v, i = tl.max(err, 0, return_indices=True, return_indices_tie_break_left=True)
-            at_err = tl.where(v > best_err, first + i, at_err)
-            best_err = tl.maximum(v, best_err)
-            v, i = tl.max(rel, 0, return_indices=True, return_indices_tie_break_left=True)
-            at_rel = tl.where(v > best_rel, first + i, at_rel)
-            best_rel = tl.maximum(v, best_rel)
-            v, i = tl.max(mismatch, 0, return_indices=True, return_indices_tie_break_left=True)
-            at_mismatch = tl.where(v > best_mismatch, first + i, at_mismatch)
-            best_mismatch = tl.maximum(v, best_mismatch)
+            at_ratio = tl.where(ratio > lane_ratio, place, at_ratio)
+            lane_ratio = tl.maximum(ratio, lane_ratio)
+            at_err = tl.where(err > lane_err, place, at_err)
+            lane_err = tl.maximum(err, lane_err)
+            at_rel = tl.where(rel > lane_rel, place, at_rel)
+            lane_rel = tl.maximum(rel, lane_rel)
+            at_mismatch = tl.where(mismatch > lane_mismatch, place, at_mismatch)
+            lane_mismatch = tl.maximum(mismatch, lane_mismatch)
+        best_ratio, best_err = tl.max(lane_ratio, 0), tl.max(lane_err, 0)
+        best_rel, best_mismatch = tl.max(lane_rel, 0), tl.max(lane_mismatch, 0)
+        last = width + BLOCK                              # past every place: never the smallest
+        at_ratio = tl.min(tl.where(lane_ratio == best_ratio, at_ratio, last), 0)
+        at_err = tl.min(tl.where(lane_err == best_err, at_err, last), 0)
+        at_rel = tl.min(tl.where(lane_rel == best_rel, at_rel, last), 0)
+        at_mismatch = tl.min(tl.where(lane_mismatch == best_mismatch, at_mismatch, last), 0)
         out = row * segments + segment
         sums = sums_ptr + out * 6
         tl.store(sums + 0, aa)

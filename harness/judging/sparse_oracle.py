@@ -3,9 +3,9 @@
 The records are read entry by entry, in each index row's order, a block of query rows at a time
 (``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
 format's reader (``sparse_cache``; on CUDA in one pass, ``sparse_keys_kernel``, the same bits) and read by
-two products (``reference.sparse.attend_listed``).  A -1 entry reads a record of zeros in its place (never
-attended).  Only the slots some index lists are read (a serving-size pool would not fit in float64), in one
-of two views:
+two products (``reference.sparse.attend_listed``; on CUDA its softmax in one pass, ``sparse_softmax_kernel``,
+the same within 1e-13).  A -1 entry reads a record of zeros in its place (never attended).  Only the slots
+some index lists are read (a serving-size pool would not fit in float64), in one of two views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
@@ -29,6 +29,7 @@ from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
 from ..building import sparse_keys_kernel
 from ..building.sparse_cache import dequantize, read_records, read_scales, views_agree
 from ..building.sparse_inputs import SparseCase
+from . import sparse_softmax_kernel
 
 
 @dataclass
@@ -103,9 +104,16 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
         keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, inputs.page_size, view)
         if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits
             keys = dequantize(read_records(pool, slots, fmt, inputs.page_size, zeroed=zeroed), fmt, view)
-        out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], keys.view(r1 - r0, inputs.topk, d), valid,
-                                               inputs.softmax_scale, inputs.d_v, absolute_values=magnitudes)
+        _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys.view(r1 - r0, inputs.topk, d), valid,
+                       inputs.softmax_scale, inputs.d_v, magnitudes)
         if agreement:
             agree &= views_agree(read_scales(pool, slots, fmt, inputs.page_size), zeroed)
     out, lse = with_sink(out, lse, inputs.attn_sink)
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree
+
+
+def _attend_listed(out, lse, q, keys, valid, scale: float, d_v: int, magnitudes: bool):
+    """``reference.sparse.attend_listed`` written into ``out`` and ``lse`` (a block's rows of the case's): on
+    CUDA its softmax in one pass (``sparse_softmax_kernel``: the same within 1e-13), else PyTorch's passes."""
+    if sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
+        out[...], lse[...] = attend_listed(q, keys, valid, scale, d_v, absolute_values=magnitudes)

@@ -92,18 +92,19 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
 
 
 def _warm_up(device):
-    """Create the CUDA context and cuBLAS's handle, and ready the witness's, the comparison's and the oracle's
+    """Create the CUDA context and cuBLAS's handle, and ready the witness's, the comparison's and the oracles'
     Triton kernels, now, while the parent still prepares the run, rather than in the first case (0.45 s, 0.11 s and,
     under cProfile, 0.57 s on the H200).  No kernel of the backend runs here."""
     import torch
     if torch.device(device).type == "cuda":
         from reference import widen_kernel
 
-        from ..judging import compare_kernel, integrity
+        from ..judging import compare_kernel, integrity, sparse_softmax_kernel
         a = torch.ones(8, 8, dtype=torch.float64, device=device)
         integrity.warm_up(device)
         compare_kernel.warm_up(device)
         widen_kernel.warm_up(device)
+        sparse_softmax_kernel.warm_up(device)
         (a @ a).sum().item()
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 26 item 1 (key sets) on the H200: the flashmla-upstream matrix under the old tree (.base, unpacked
 # from 06f7273, carried with the checkout) and under this one; the rows must be the same apart from timings
-# and env, and each run's cases/s is printed.  Usage: [SUITE=..] [BACKEND=..] [ROUNDED=key,..] keysets_same_rows.sh
-# (from the repo root; ROUNDED: keys compared to 12 digits, see same_rows.py)
+# and env, and each run's cases/s is printed.  Usage: [SUITE=..] [BACKEND=..] [ROUNDED=key,..] [CLOSE=rel]
+# keysets_same_rows.sh (from the repo root; ROUNDED: keys compared to 12 digits; CLOSE: every float within
+# rel; see same_rows.py)
 set -u
 . scripts/gpu/env.sh
 root=$PWD
@@ -35,5 +36,5 @@ for path in sys.argv[1:]:
             (r.get("backend_info") or {}).pop("profile", None)
         f.writelines(json.dumps(r) + "\n" for r in rows)
 PY
-python3 scripts/gpu/same_rows.py "$OUT/keysets/before-noenv.jsonl" "$OUT/keysets/after-noenv.jsonl" ${ROUNDED:+--ignore "$ROUNDED"}
+python3 scripts/gpu/same_rows.py "$OUT/keysets/before-noenv.jsonl" "$OUT/keysets/after-noenv.jsonl" ${ROUNDED:+--ignore "$ROUNDED"} ${CLOSE:+--close "$CLOSE"}
 echo "same_rows rc=$?"

@@ -1,8 +1,9 @@
 """Where the device time of each phase goes, for the cases of a suite that match a filter.
 
-Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] [--steps] > device-profile.txt
+Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] [--steps] [--stacks] > device-profile.txt
 (FILTER: a substring of the case's seqlen spec, e.g. 4096; N: how many cases, default 40, or every:K;
---steps: the inputs' steps (``STEPS`` below) as ranges of their own, ``step:NAME``, inside ``phase:inputs``)
+--steps: the inputs' steps (``STEPS`` below) as ranges of their own, ``step:NAME``, inside ``phase:inputs``;
+--stacks: the copies, clones, fills and concatenations by the Python lines that made them)
 """
 import importlib
 import sys
@@ -14,8 +15,8 @@ from harness.planning import cases as case_mod
 from harness.running import chunk, phases
 from harness.running.backend_loader import load_backend
 
-steps = "--steps" in sys.argv
-args = [a for a in sys.argv[1:] if a != "--steps"]
+steps, stacks = "--steps" in sys.argv, "--stacks" in sys.argv
+args = [a for a in sys.argv[1:] if a not in ("--steps", "--stacks")]
 suite, spec, wanted = args[:3]
 n = args[3] if len(args) > 3 else "40"
 # the functions the inputs' builders call by their module-level names (so a wrapper put there is what runs)
@@ -63,7 +64,7 @@ if steps:
         module = importlib.import_module(module_name)
         for name in names:
             setattr(module, name, ranged(name, getattr(module, name)))
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=stacks) as prof:
     rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
 torch.cuda.synchronize()
 averages = prof.key_averages()
@@ -77,3 +78,11 @@ print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, ma
 print(prof.key_averages(group_by_input_shape=False).table(sort_by="cuda_time_total", row_limit=12,
                                                           max_name_column_width=60))
 print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+if stacks:
+    MOVES = ("aten::copy_", "aten::clone", "aten::cat", "aten::fill_", "aten::zero_", "aten::index", "aten::where")
+    made = sorted((e for e in prof.key_averages(group_by_stack_n=8) if e.key in MOVES),
+                  key=lambda e: -e.device_time_total)
+    print("\nThe copies, clones, fills and concatenations by where they were made (device time, calls):")
+    for e in made[:40]:
+        own = [line for line in e.stack if "harness/" in line or "reference/" in line][:4] or e.stack[:4]
+        print(f"{e.device_time_total / 1e3:8.2f} ms {e.count:6d}  {e.key}  " + " <- ".join(own))

@@ -1,16 +1,27 @@
 """Do two results files hold the same rows, apart from timings?  Prints the first differences.
 
-Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...]  (exit 0: identical, 1: they differ)
+Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...] [--close REL]
+(exit 0: the same, 1: they differ)
 --ignore: keys compared to 12 significant digits only, e.g. ``cos_diff,rel_l2`` between trees whose sums
 add in another order (a float64 sum's last bits).
+--close: every float compared within REL of the larger (plus 1e-12 absolute, for numbers such as a
+``cos_diff`` near 0), e.g. between trees whose oracles differ in their last bits; strings, integers,
+statuses and places still exactly.
 """
+import argparse
 import sys
 from collections import Counter
 
 from harness.recording.results import read_rows
 
 TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms"}
-ROUNDED = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[3] == "--ignore" else set()
+parser = argparse.ArgumentParser()
+parser.add_argument("a")
+parser.add_argument("b")
+parser.add_argument("--ignore", default="")
+parser.add_argument("--close", type=float, default=None)
+args = parser.parse_args()
+ROUNDED = set(filter(None, args.ignore.split(",")))
 
 
 def differences(x, y, where=""):
@@ -21,12 +32,18 @@ def differences(x, y, where=""):
                     yield f"{where}.{key}: {x[key]!r} != {y[key]!r} (to 12 digits)"
             elif key not in TIMINGS:
                 yield from differences(x.get(key), y.get(key), f"{where}.{key}")
+    elif args.close is not None and isinstance(x, float) and isinstance(y, float):
+        if not (x == y or abs(x - y) <= args.close * max(abs(x), abs(y)) + 1e-12):
+            yield f"{where}: {x!r} != {y!r} (within {args.close:g})"
+    elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for i, (u, v) in enumerate(zip(x, y)):
+            yield from differences(u, v, f"{where}[{i}]")
     elif x != y:
         yield f"{where}: {str(x)[:80]} != {str(y)[:80]}"
 
 
-a = {r["case_id"]: r for r in read_rows(sys.argv[1])}
-b = {r["case_id"]: r for r in read_rows(sys.argv[2])}
+a = {r["case_id"]: r for r in read_rows(args.a)}
+b = {r["case_id"]: r for r in read_rows(args.b)}
 found = [f"{k}: only in one file" for k in sorted(set(a) ^ set(b))]
 found += [d for k in sorted(set(a) & set(b)) for d in differences(a[k], b[k], k)]
 print(f"{len(a)} and {len(b)} rows; {len(found)} difference(s)")

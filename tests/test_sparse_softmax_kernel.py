@@ -1,0 +1,63 @@
+"""The sparse oracle's one-pass softmax (``harness/judging/sparse_softmax_kernel.py``) against PyTorch's
+passes (``reference.sparse.attend_listed``): out and LSE within 1e-13 of each other, empty rows exactly
+PyTorch's (out 0, LSE +inf), for entries from 64 to past one block, invalid entries as holes, tails and
+whole rows, and ``sum p |V|`` as well as out.  On CUDA the compiled kernel; on the CPU the kernel under
+Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
+
+import textwrap
+
+import pytest
+import torch
+from helpers import disagreements_on_cuda, disagreements_under_interpreter
+
+CHECK = textwrap.dedent("""
+    import torch
+    from harness.judging import sparse_softmax_kernel
+    from reference.sparse import attend_listed
+
+    def blocks(device):
+        gen = torch.Generator().manual_seed(31)
+        for n, heads, entries, d in [(3, 4, 64, 72), (2, 3, 576, 64), (5, 2, 1100, 40), (1, 1, 16, 8)]:
+            q = torch.randn(n, heads, d, generator=gen, dtype=torch.float64) * 2
+            listed = torch.randn(n, entries, d, generator=gen, dtype=torch.float64)
+            valid = torch.rand(n, entries, generator=gen) < 0.8        # holes
+            valid[0, entries // 2:] = False                            # a -1 tail
+            if n > 2:
+                valid[2] = False                                       # a row of -1 only
+            listed[~valid] = 0.0                                       # as the oracle reads them: zero keys
+            yield q.to(device), listed.to(device), valid.to(device)
+
+    def disagreements(device, kernel):
+        found = []
+        for q, listed, valid in blocks(device):
+            for magnitudes in (False, True):
+                what = f"{tuple(listed.shape)}, magnitudes {magnitudes}"
+                out, lse = torch.full((2, *q.shape[:2], 32), 7.0, dtype=torch.float64, device=device), None
+                out = out[1]                            # written in place: a view of a larger tensor
+                sparse_softmax_kernel.run(kernel, q, listed, valid, 0.17, 32, magnitudes, out=out)
+                lse = sparse_softmax_kernel.run(kernel, q, listed, valid, 0.17, 32, magnitudes)[1]
+                want_out, want_lse = attend_listed(q, listed, valid, 0.17, 32, absolute_values=magnitudes)
+                if not torch.equal(torch.isinf(lse), torch.isinf(want_lse)):
+                    found.append(f"{what}: empty rows differ")
+                finite = torch.isfinite(want_lse)
+                if not torch.allclose(lse[finite], want_lse[finite], rtol=1e-13, atol=0):
+                    found.append(f"{what}: lse {(lse - want_lse)[finite].abs().max().item():.3g} apart")
+                if not torch.allclose(out, want_out, rtol=1e-13, atol=1e-300):
+                    found.append(f"{what}: out {(out - want_out).abs().max().item():.3g} apart")
+                if not bool((out[~finite] == 0).all()):
+                    found.append(f"{what}: an empty row's out is not 0")
+        return found
+""")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
+def test_the_one_pass_softmax_equals_pytorchs_on_cuda():
+    from harness.judging import sparse_softmax_kernel
+    kernel = sparse_softmax_kernel._triton_kernel()
+    assert kernel is not None, "Triton does not load on this CUDA box"
+    assert disagreements_on_cuda(CHECK, kernel) == []
+
+
+def test_the_one_pass_softmax_equals_pytorchs_under_the_interpreter():
+    out, err = disagreements_under_interpreter(CHECK, "sparse_softmax_kernel._triton_kernel()")
+    assert out == "equal", (out + err)[-3000:]
