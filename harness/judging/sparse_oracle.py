@@ -4,7 +4,7 @@ The records are read entry by entry, in each index row's order, a block of query
 (``reference.sparse.row_blocks``): the listed keys of a block are one float64 tensor, written once by the
 format's reader (``sparse_cache``; on CUDA in one pass, ``sparse_keys_kernel``, the same bits) and read by
 two products (``reference.sparse.attend_listed``; on CUDA its softmax in one pass, ``sparse_softmax_kernel``,
-the same within 1e-13).  A -1 entry reads a record of zeros in its place (never attended).  Only the slots
+within 1e-13 of it).  A -1 entry reads a record of zeros in its place (never attended).  Only the slots
 some index lists are read (a serving-size pool would not fit in float64), in one of two views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
@@ -93,10 +93,13 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     if rows is not None:
         q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-    out, lse = empty_answers(n * s_q, heads, inputs.d_v, q.device)
     agree = torch.ones((), dtype=torch.bool, device=q.device) if agreement else None
-    # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits
+    # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits;
+    # otherwise the blocks write every row, so nothing is filled first
     blocks = row_blocks(n * s_q, inputs.topk, d) if case.index_stats.valid_entries else []
+    out, lse = (torch.empty(n * s_q, heads, inputs.d_v, dtype=torch.float64, device=q.device),
+                torch.empty(n * s_q, heads, dtype=torch.float64, device=q.device)) if blocks else \
+        empty_answers(n * s_q, heads, inputs.d_v, q.device)
     for r0, r1 in blocks:
         idx = listed[r0:r1].long()
         valid = idx >= 0
@@ -114,6 +117,6 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
 
 def _attend_listed(out, lse, q, keys, valid, scale: float, d_v: int, magnitudes: bool):
     """``reference.sparse.attend_listed`` written into ``out`` and ``lse`` (a block's rows of the case's): on
-    CUDA its softmax in one pass (``sparse_softmax_kernel``: the same within 1e-13), else PyTorch's passes."""
+    CUDA its softmax in one pass (``sparse_softmax_kernel``: within 1e-13 of them), else PyTorch's passes."""
     if sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
         out[...], lse[...] = attend_listed(q, keys, valid, scale, d_v, absolute_values=magnitudes)

@@ -5,6 +5,7 @@ Usage: python scripts/gpu/profile_device.py SUITE BACKEND FILTER [N] [--steps] [
 --steps: the inputs' steps (``STEPS`` below) as ranges of their own, ``step:NAME``, inside ``phase:inputs``;
 --stacks: the copies, clones, fills and concatenations by the Python lines that made them)
 """
+import collections
 import importlib
 import sys
 
@@ -64,7 +65,10 @@ if steps:
         module = importlib.import_module(module_name)
         for name in names:
             setattr(module, name, ranged(name, getattr(module, name)))
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=stacks) as prof:
+# the Python stack of each operator called from Python (``verbose``: without it the stacks come back empty)
+config = torch._C._profiler._ExperimentalConfig(verbose=True) if stacks else None
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=stacks,
+             experimental_config=config) as prof:
     rows = [row for group in chunk.plan(cases) for row in chunk.run_chunk(group, backend, spec, "cuda")]
 torch.cuda.synchronize()
 averages = prof.key_averages()
@@ -78,11 +82,13 @@ print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, ma
 print(prof.key_averages(group_by_input_shape=False).table(sort_by="cuda_time_total", row_limit=12,
                                                           max_name_column_width=60))
 print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
-if stacks:
-    MOVES = ("aten::copy_", "aten::clone", "aten::cat", "aten::fill_", "aten::zero_", "aten::index", "aten::where")
-    made = sorted((e for e in prof.key_averages(group_by_stack_n=8) if e.key in MOVES),
-                  key=lambda e: -e.device_time_total)
-    print("\nThe copies, clones, fills and concatenations by where they were made (device time, calls):")
-    for e in made[:40]:
-        own = [line for line in e.stack if "harness/" in line or "reference/" in line][:4] or e.stack[:4]
-        print(f"{e.device_time_total / 1e3:8.2f} ms {e.count:6d}  {e.key}  " + " <- ".join(own))
+if stacks:        # each operator called from Python, with its kernels' device time, by the lines that called it
+    made = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.stack and e.name.startswith("aten::"):
+            own = [line for line in e.stack if "harness/" in line or "reference/" in line][:3] or e.stack[:3]
+            made[(e.name, " <- ".join(own))][0] += e.self_device_time_total      # its own kernels: no double count
+            made[(e.name, " <- ".join(own))][1] += 1
+    print("\nDevice time by operator and the lines that called it (ms, calls):")
+    for (name, where), (us, count) in sorted(made.items(), key=lambda item: -item[1][0])[:60]:
+        print(f"{us / 1e3:8.2f} ms {count:6d}  {name}  {where}")
