@@ -1,7 +1,8 @@
 """The sparse oracle's one-pass record reading (``harness/building/sparse_keys_kernel.py``) against
 PyTorch's form (``sparse_cache.dequantize(read_records(...))``): the same float64 keys bit for bit (NaN
 where PyTorch's are NaN), for both formats, both views, both scale policies, zeroed entries and slots
-repeated, page sizes 64 and 53.  On CUDA the compiled kernel; on the CPU the kernel under Triton's
+repeated, page sizes 64 and 53; and the flag that says a scale read lets the two views differ, the same
+as ``sparse_cache.views_agree``.  On CUDA the compiled kernel; on the CPU the kernel under Triton's
 interpreter (a subprocess: the flag is read when Triton loads)."""
 
 import textwrap
@@ -34,14 +35,23 @@ CHECK = textwrap.dedent("""
             zeroed = torch.rand(300, generator=gen) < 0.2
             slots[zeroed] = 0                              # a -1 entry reads slot 0 (maybe poison), zeroed
             yield fmt, page_size, pool.to(device), slots.to(device), zeroed.to(device)
+            # the same pool read without the planted tokens: under ue8m0 every scale lets the views agree
+            clean = written[4 + torch.randint(0, len(written) - 4, (300,), generator=gen)]
+            clean[zeroed] = int(written[3])                # a zeroed entry's own scale (poison) is never read
+            yield fmt, page_size, pool.to(device), clean.to(device), zeroed.to(device)
 
     def disagreements(device, kernel):
-        found = []
+        found, agreed = [], set()
         for fmt, page_size, pool, slots, zeroed in pools(device):
+            agree = bool(sparse_cache.views_agree(sparse_cache.read_scales(pool, slots, fmt, page_size), zeroed))
+            agreed.add(agree)
             for view in sparse_cache.DEQUANT_MODES:
                 records = sparse_cache.read_records(pool, slots, fmt, page_size, zeroed=zeroed)
                 torch_form = sparse_cache.dequantize(records, fmt, view)
-                one_pass = sparse_keys_kernel.run(kernel, pool, slots, zeroed, fmt, page_size, view)
+                disagree = torch.zeros((), dtype=torch.int32, device=device)
+                one_pass = sparse_keys_kernel.run(kernel, pool, slots, zeroed, fmt, page_size, view, disagree)
+                if bool(disagree == 0) != agree:
+                    found.append(f"{fmt.name} p{page_size} {view}: views agree {agree}, flag {int(disagree)}")
                 nan = torch_form.isnan()
                 if not torch.equal(one_pass.isnan(), nan):
                     found.append(f"{fmt.name} p{page_size} {view}: NaN in other places")
@@ -51,6 +61,8 @@ CHECK = textwrap.dedent("""
                     found.append(f"{fmt.name} p{page_size} {view}: differ at {differ}")
                 if torch_form[zeroed].ne(0).any() or not torch_form[~zeroed].ne(0).any():
                     found.append(f"{fmt.name} p{page_size} {view}: the check's own records are not as planted")
+        if agreed != {True, False}:
+            found.append(f"the views agree {agreed} in every pool: the flag is not tested both ways")
         return found
 """)
 

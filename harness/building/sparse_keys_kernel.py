@@ -25,17 +25,20 @@ CHUNK = 64           # values it converts at a time (a scale's tile is 64 or 128
 
 
 def read_keys(pool: torch.Tensor, slots: torch.Tensor, zeroed: torch.Tensor, fmt: RecordFormat, page_size: int,
-              view: str) -> torch.Tensor | None:
+              view: str, disagree: torch.Tensor | None = None) -> torch.Tensor | None:
     """The keys ``(len(slots), d_qk)`` float64 of the records at ``slots`` of ``pool (pages, page_bytes)``
     in ``view``, zeros where ``zeroed`` (a bool per slot): ``dequantize(read_records(...), fmt, view)``'s
-    bits.  None where the kernel does not apply (off CUDA, another device) or cannot run."""
+    bits.  ``disagree`` (an int32 on the device, or None): set to 1 where some scale read fails
+    ``sparse_cache.views_agree`` (left as it is otherwise).  None where the kernel does not apply (off
+    CUDA, another device) or cannot run."""
     if not (pool.is_cuda and slots.device == pool.device == zeroed.device):
         return None
     kernel = usable_kernel(str(pool.device))
-    return None if kernel is None else run(kernel, pool, slots, zeroed, fmt, page_size, view)
+    return None if kernel is None else run(kernel, pool, slots, zeroed, fmt, page_size, view, disagree)
 
 
-def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: str) -> torch.Tensor:
+def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: str,
+        disagree: torch.Tensor | None = None) -> torch.Tensor:
     """``read_keys`` with this kernel (the tests run it under Triton's interpreter too)."""
     check_view(view)
     if fmt.d_nope % CHUNK or fmt.tile % CHUNK:
@@ -44,10 +47,11 @@ def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: st
     keys = torch.empty(n, fmt.d_qk, dtype=torch.float64, device=pool.device)
     if n:
         pool = pool.view(torch.uint8)
-        kernel[(-(-n // BLOCK),)](pool, slots.reshape(-1), zeroed.reshape(-1), keys, n, page_size, pool.stride(0),
-                                  D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile, ROW=fmt.row_bytes,
-                                  SCALES_AFTER_ROWS=fmt.scales_after_rows, EXACT=view == "exact",
-                                  BLOCK=BLOCK, CHUNK=CHUNK)
+        flag = disagree if disagree is not None else keys      # any pointer: not written without CHECK_VIEWS
+        kernel[(-(-n // BLOCK),)](pool, slots.reshape(-1), zeroed.reshape(-1), keys, flag, n, page_size,
+                                  pool.stride(0), D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile,
+                                  ROW=fmt.row_bytes, SCALES_AFTER_ROWS=fmt.scales_after_rows,
+                                  EXACT=view == "exact", CHECK_VIEWS=disagree is not None, BLOCK=BLOCK, CHUNK=CHUNK)
     return keys
 
 
@@ -71,10 +75,10 @@ def _triton_kernel(triton, tl):
     # the index arrays may be views at any offset: not specialised on alignment; the pool's page stride is
     # (a multiple of 16 bytes in both formats), so a record's bytes load 16 at a time
     @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr", "zeroed_ptr"])
-    def record_keys(pool_ptr, slots_ptr, zeroed_ptr, keys_ptr, n, page_size, page_stride,
+    def record_keys(pool_ptr, slots_ptr, zeroed_ptr, keys_ptr, disagree_ptr, n, page_size, page_stride,
                     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
-                    SCALES_AFTER_ROWS: tl.constexpr, EXACT: tl.constexpr, BLOCK: tl.constexpr,
-                    CHUNK: tl.constexpr):
+                    SCALES_AFTER_ROWS: tl.constexpr, EXACT: tl.constexpr, CHECK_VIEWS: tl.constexpr,
+                    BLOCK: tl.constexpr, CHUNK: tl.constexpr):
         entry = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = entry < n
         slot = tl.load(slots_ptr + entry, mask=inside, other=0).to(tl.int64)
@@ -99,6 +103,13 @@ def _triton_kernel(triton, tl):
             else:
                 at = (pool_ptr + scales + 4 * (start // TILE)).to(tl.pointer_type(tl.float32))
                 scale = tl.load(at, mask=live, other=0.0)
+            if CHECK_VIEWS:         # sparse_cache.views_agree: 0 or a power of two in 2^-100 .. 2^100
+                bits = scale.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+                exponent = bits >> 23
+                power_of_two = (bits == 0) | (((bits & 0x7FFFFF) == 0) & (exponent >= 27) & (exponent <= 227))
+                fails = tl.max((live & ~power_of_two).to(tl.int32), axis=0)
+                if fails != 0:
+                    tl.atomic_max(disagree_ptr, fails)
             if EXACT:
                 out = value.to(tl.float64) * scale.to(tl.float64)[:, None]
             else:

@@ -4,9 +4,8 @@
 element-wise step and reduction is a launch of its own, with a temporary the group's size); on the H200
 that was a quarter of the upstream matrices' device time (docs/gpu-runs.md).  Here each program reads a
 fixed ``SEGMENT`` of one row once, each side in its own dtype, and writes its partial sums, maxima and the
-first place of each maximum; a few PyTorch reductions over the segments finish them.  A segment is one
-block: with 16 blocks a program, its loop was latency-bound (5 to 74 G elements/s on the H200, by the
-group's size: ``scripts/gpu/compare_bench.py``, docs/gpu-runs.md).
+first place of each maximum; a few PyTorch reductions over the segments finish them.  The maxima are kept
+per lane and reduced once, after the segment's blocks.
 
 A row's numbers depend only on the row: its segments are fixed by its width, each program adds its
 blocks in one order, and the segments are reduced along a dimension fixed by the width too.  So, as in
@@ -23,7 +22,7 @@ import torch
 
 from reference.triton_probe import defined_with_triton, usable
 
-SEGMENT = 1 << 10                 # elements of one row a program reads
+SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
 SUMS, MAXIMA = 6, 4               # the columns of compare._Statistics: summed, then maximised
 # the dtypes the kernel reads as they are (a variant each, readied in the warm-up); others go as float64

@@ -93,7 +93,8 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     if rows is not None:
         q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
     pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-    agree = torch.ones((), dtype=torch.bool, device=q.device) if agreement else None
+    # 1 once a listed scale lets the views differ (sparse_cache.views_agree): the keys kernel sets it as it reads
+    disagree = torch.zeros((), dtype=torch.int32, device=q.device) if agreement else None
     # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits;
     # otherwise the blocks write every row, so nothing is filled first
     blocks = row_blocks(n * s_q, inputs.topk, d) if case.index_stats.valid_entries else []
@@ -104,14 +105,15 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
         idx = listed[r0:r1].long()
         valid = idx >= 0
         zeroed, slots = ~valid.flatten(), idx.clamp_min(0).flatten()
-        keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, inputs.page_size, view)
-        if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits
+        keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, inputs.page_size, view, disagree)
+        if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits and flag
             keys = dequantize(read_records(pool, slots, fmt, inputs.page_size, zeroed=zeroed), fmt, view)
+            if agreement:
+                disagree |= ~views_agree(read_scales(pool, slots, fmt, inputs.page_size), zeroed)
         _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys.view(r1 - r0, inputs.topk, d), valid,
                        inputs.softmax_scale, inputs.d_v, magnitudes)
-        if agreement:
-            agree &= views_agree(read_scales(pool, slots, fmt, inputs.page_size), zeroed)
     out, lse = with_sink(out, lse, inputs.attn_sink)
+    agree = disagree == 0 if agreement else None
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree
 
 
