@@ -10,6 +10,7 @@ import pathlib
 import sys
 
 import torch
+from cuda_timing import timed
 
 from harness.judging import compare
 from harness.judging.tolerances import Bound
@@ -33,18 +34,6 @@ def other_compare(tree: pathlib.Path):
             spec.loader.exec_module(module)
         loaded[name] = module
     return loaded["compare"]
-
-
-def timed(call) -> float:
-    call()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 10
 
 
 def bench(mine, theirs, rows: int, heads: int, d_v: int, pairs: int):

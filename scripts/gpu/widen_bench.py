@@ -7,22 +7,11 @@ Usage: python scripts/gpu/widen_bench.py
 import types
 
 import torch
+from cuda_timing import timed
 
 from reference import block_attention, widen_kernel
 
 PAGE, WIDTH = 64, 576
-
-
-def timed(call) -> float:
-    call()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 10
 
 
 def compare(kernel, requests: int, n_keys: int, fewest: int):
