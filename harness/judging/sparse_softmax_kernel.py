@@ -5,14 +5,14 @@ PyTorch's form builds a -inf bias for the invalid entries, broadcasts it into th
 then takes the row maxima, subtracts them, exponentiates and sums: each a pass over the scores, the
 largest float64 tensor of the oracle but the keys (on the H200 these passes took as long as the product
 that makes the scores: docs/gpu-runs.md).  Here the product is a plain ``bmm``, and each program takes a
-few rows of scores: it scales them (the same rounding as ``baddbmm``'s ``alpha``: the product is exact
-in its float64 accumulator), masks the invalid entries, keeps the row maximum, then writes the weights
-``exp(s - m)`` over the scores and sums them.  The maxima and weights are the same operations as
-PyTorch's; the sum is added in another order, so out and LSE may differ from PyTorch's form in their
-last bits (``tests/test_sparse_softmax_kernel.py`` holds LSE within 1e-13 and out within 1e-13 of its
-largest value: an element near 0 is a sum that cancels).  A row's numbers depend on
-that row alone, so a case gets the same bits in any chunk.  Where Triton does not import or cannot build
-the kernel, ``attend_listed`` says no and PyTorch's form runs.
+few rows of scores: it scales them (one rounding, as ``baddbmm``'s ``alpha`` after the product), masks the
+invalid entries, keeps the row maximum, then writes the weights ``exp(s - m)`` over the scores and sums
+them.  The sum is added in another order (and cuBLAS may pick another kernel for a product without a
+bias), so out and LSE may differ from PyTorch's form in their last bits
+(``tests/test_sparse_softmax_kernel.py`` holds LSE within 1e-13 and out within 1e-13 of its largest value:
+an element near 0 is a sum that cancels).  A row's numbers depend on that row alone, so a case gets the
+same bits in any chunk.  Where Triton does not import or cannot build the kernel, ``attend_listed`` says
+no and PyTorch's form runs.
 """
 
 import functools
