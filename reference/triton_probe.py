@@ -1,11 +1,12 @@
 """How the Triton kernels come to be used.  Each is defined on first use (``defined_with_triton``: importing
-its module never imports Triton; ``harness/judging/block_hash.py``, ``harness/judging/compare_kernel.py``,
-``widen_kernel.py``, ``harness/building/sparse_keys_kernel.py``).  For the last three, the definition and the
-first launch in a process are a probe (``usable``): where this Triton cannot define or build the kernel, one
-warning line and the caller's PyTorch form, so a Triton the kernel was not tried with costs speed, never a
-verdict."""
+its module never imports Triton; ``harness/judging/block_hash.py``, ``compare_kernel.py`` and
+``sparse_softmax_kernel.py`` there, ``widen_kernel.py``, ``harness/building/sparse_keys_kernel.py`` and
+``sparse_write_kernel.py``).  For every one but the first, the definition and the first launch in a process
+are a probe (``usable``): where this Triton cannot define or build the kernel, one warning line and the
+caller's PyTorch form, so a Triton the kernel was not tried with costs speed, never a verdict."""
 
 import functools
+import struct
 import sys
 
 
@@ -38,3 +39,9 @@ def usable(what: str, device: str, fallback: str, kernel_of, first_launch):
               f"{fallback}", file=sys.stderr)
         return None
     return built["kernel"]
+
+
+def float64_bits(x: float) -> int:
+    """A float64's bits as an int64, for a kernel to bitcast back: Triton passes a Python float as float32,
+    which would round it."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]

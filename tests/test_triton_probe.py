@@ -8,7 +8,9 @@ import pytest
 
 KERNELS = [("harness.judging.compare_kernel", "the comparison's Triton kernel"),
            ("reference.widen_kernel", "the oracle's key-widening Triton kernel"),
-           ("harness.building.sparse_keys_kernel", "the sparse oracle's Triton kernel")]
+           ("harness.building.sparse_keys_kernel", "the sparse oracle's Triton kernel"),
+           ("harness.building.sparse_write_kernel", "the sparse records' Triton writer"),
+           ("harness.judging.sparse_softmax_kernel", "the sparse oracle's softmax kernel")]
 
 
 class Unbuildable:
@@ -39,3 +41,13 @@ def test_a_kernel_this_triton_cannot_build_falls_back_to_pytorchs_form(module_na
     err = capsys.readouterr().err
     error = "RuntimeError: PassManager::run failed" if failure == "launch" else "TypeError: jit() got"
     assert err.count("\n") == 1 and f"{what} does not build on cpu ({error}" in err, err
+
+
+def test_a_float64_passes_to_a_kernel_as_its_bits_unrounded():
+    import struct
+
+    from reference.triton_probe import float64_bits
+    for x in (0.1, 1e-300, -3.0, 2.0 ** 60 + 1.0, float("inf")):
+        assert struct.unpack("<d", struct.pack("<q", float64_bits(x)))[0] == x
+    as_float32 = struct.unpack("<f", struct.pack("<f", 0.1))[0]        # what Triton would have passed
+    assert struct.unpack("<d", struct.pack("<q", float64_bits(0.1)))[0] != as_float32

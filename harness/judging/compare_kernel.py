@@ -16,11 +16,10 @@ Triton does not import, or off CUDA, ``statistics`` returns None and PyTorch's f
 """
 
 import functools
-import struct
 
 import torch
 
-from reference.triton_probe import defined_with_triton, usable
+from reference.triton_probe import defined_with_triton, float64_bits, usable
 
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
@@ -69,17 +68,12 @@ def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> t
     sums = torch.empty(rows, segments, SUMS, dtype=torch.float64, device=a.device)
     maxima = torch.empty(rows, segments, MAXIMA, dtype=torch.float64, device=a.device)
     places = torch.empty(rows, segments, MAXIMA, dtype=torch.int64, device=a.device)
-    kernel[(rows, segments)](a, e, sums, maxima, places, width, _bits(atol), _bits(rtol),
+    kernel[(rows, segments)](a, e, sums, maxima, places, width, float64_bits(atol), float64_bits(rtol),
                              SEGMENT=SEGMENT, BLOCK=BLOCK)
     top = maxima.amax(dim=1)                                               # (rows, 4)
     # the first place of each maximum: the smallest place among the segments that reach it
     first = torch.where(maxima == top[:, None, :], places, torch.iinfo(torch.int64).max).amin(dim=1)
     return sums.sum(dim=1), top, first
-
-
-def _bits(x: float) -> int:
-    """A float64's bits as an int64: Triton passes a Python float as float32, which would round the bound."""
-    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
 @defined_with_triton

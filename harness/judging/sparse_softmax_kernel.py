@@ -17,11 +17,10 @@ no and PyTorch's form runs.
 
 import functools
 import math
-import struct
 
 import torch
 
-from reference.triton_probe import defined_with_triton, usable
+from reference.triton_probe import defined_with_triton, float64_bits, usable
 
 BLOCK_ELEMENTS = 2048        # scores a program holds at a time: its rows times its block of entries
 WIDEST = 512                 # entries of a row read at a time, at most
@@ -50,7 +49,7 @@ def run(kernel, q, listed, valid, scale: float, d_v: int, absolute_values: bool 
         block = min(WIDEST, max(16, 1 << (entries - 1).bit_length()))
         rows = max(1, BLOCK_ELEMENTS // block)
         kernel[(-(-(n * heads) // rows),)](scores, valid.contiguous().view(torch.uint8), top, total, n * heads,
-                                            heads, entries, _bits(scale), ROWS=rows, BLOCK=block)
+                                            heads, entries, float64_bits(scale), ROWS=rows, BLOCK=block)
     values = listed[..., :d_v].abs() if absolute_values else listed[..., :d_v]
     out = torch.bmm(scores, values, out=out).div_(total.clamp_min(torch.finfo(torch.float64).tiny)[..., None])
     lse = torch.add(top, total.log(), out=lse).masked_fill_(total == 0, math.inf)
@@ -74,11 +73,6 @@ def usable_kernel(device: str):
                 torch.ones(1, entries, dtype=torch.bool, device=device), 1.0, 64)
     return usable("the sparse oracle's softmax kernel", device, "the softmax in PyTorch's passes",
                   _triton_kernel, first_launch)
-
-
-def _bits(x: float) -> int:
-    """A float64's bits as an int64: Triton passes a Python float as float32, which would round the scale."""
-    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
 @defined_with_triton
