@@ -16,6 +16,7 @@ import sys
 
 from . import commands
 from .errors import EXIT_BAD_INPUT, InputError
+from .interrupts import watch_sigint
 from .recording.status import EXIT_INTERRUPTED
 
 
@@ -65,6 +66,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    watch_sigint()       # a user's Ctrl-C stops the run; a kernel's own KeyboardInterrupt is its case's error
     try:
         args = parse(argv)
         return args.func(args)

@@ -43,7 +43,7 @@ LAYERS = [
           "sparse_write_kernel", "transfer")
     + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks") + _in("running", "phases")
     + _in("recording", "status", "results", "results_read", "results_write")
-    + ["harness.environment", "harness.errors"],
+    + ["harness.environment", "harness.errors", "harness.interrupts"],
     ["harness"],
     ["reference"],
 ]

@@ -32,6 +32,32 @@ SLOW = textwrap.dedent('''
 ''')
 
 
+# Where SIGINT is ignored (pytest started under ``nohup`` or in the background of a shell without job
+# control) this process can never raise KeyboardInterrupt on a signal: the tests of its own handling skip.
+# The subprocess runs restore the default, as a terminal's shell does, so they hold either way.
+SIGINT_IGNORED = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+needs_sigint = pytest.mark.skipif(SIGINT_IGNORED, reason="SIGINT is ignored in this pytest process (started "
+                                  "with nohup or in the background), so a Ctrl-C cannot reach it")
+
+RAISES = textwrap.dedent('''
+    from harness.backends.torch_backend import TorchBackend
+
+    class RaisesInterrupt(TorchBackend):
+        """A kernel that raises KeyboardInterrupt itself: its case's error, not a user's Ctrl-C."""
+        name = "raises-interrupt"
+
+        def run(self, inputs):
+            if inputs.q.shape[1] > 1:       # verify cases; decode cases pass
+                raise KeyboardInterrupt("from the kernel")
+            return super().run(inputs)
+''')
+
+
+def as_from_a_terminal():
+    """A child's SIGINT back to the default, as a shell with job control starts its commands."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def rows_written(path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
@@ -44,7 +70,7 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--suite", "smoke", "--backend",
                              f"{plugin}:Slow", "--out", str(out), "--workers", workers, "--chunk", "1",
                              "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while rows_written(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
@@ -63,6 +89,24 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
     assert len(rows) >= 2 and {r["status"] for r in rows} == {"pass"}
 
 
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_kernels_own_keyboard_interrupt_is_its_cases_error(tmp_path, workers):
+    plugin = tmp_path / "raises.py"
+    plugin.write_text(RAISES)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--suite", "smoke", "--backend",
+                           f"{plugin}:RaisesInterrupt", "--out", str(out), "--workers", workers, "--no-progress"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=as_from_a_terminal)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12, "every case has its row: the run went on past the kernel's interrupt"
+    errors = [r for r in rows if r["status"] == "error"]
+    assert errors and all(r["reason"].startswith("KeyboardInterrupt: from the kernel") for r in errors)
+    assert {r["status"] for r in rows} == {"error", "pass"}, "the decode cases still pass"
+
+
+@needs_sigint
 def test_a_worker_interrupted_while_it_starts_carries_on_quietly():
     """A worker still importing when Ctrl-C comes prints nothing and keeps going: it starts with SIGINT
     ignored, and the parent stops it."""

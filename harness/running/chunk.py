@@ -25,6 +25,7 @@ from reference.batched import SHARED_MAX_KEYS
 from .. import scenarios
 from ..building.inputs import cache_seqlens_for, draw_seq_lens
 from ..errors import InputError, RejectedOutput, Unsupported
+from ..interrupts import is_the_codes_own
 from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from . import resources
@@ -84,7 +85,9 @@ def _guarded(step, case_id: str = "?"):
         return None, Outcome.judged([e.check], messages=[f"{case_id}: {e}"])
     except PhaseError as e:
         return None, Outcome.raised(e.phase, e.error)
-    except Exception as e:   # raised outside any phase: scenario glue, which is the harness's
+    except BaseException as e:   # raised outside any phase: scenario glue, which is the harness's
+        if not is_the_codes_own(e):
+            raise
         return None, Outcome.raised("scenario", e)
 
 

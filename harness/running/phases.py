@@ -25,6 +25,7 @@ import traceback
 from contextlib import contextmanager
 
 from ..errors import InputError, Unsupported
+from ..interrupts import is_the_codes_own
 
 KERNEL = "kernel"
 
@@ -151,7 +152,9 @@ def phase(name: str):
         yield
     except (InputError, Unsupported, PhaseError):   # bad input, and a kernel's refusal, are not faults
         raise
-    except Exception as e:
+    except BaseException as e:    # a kernel's own KeyboardInterrupt too; a user's Ctrl-C stops the run
+        if not is_the_codes_own(e):
+            raise
         raise PhaseError(name, e).with_traceback(e.__traceback__) from e
     finally:
         if clock is not None:
