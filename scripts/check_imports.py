@@ -41,7 +41,8 @@ LAYERS = [
     _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params")
     + _in("building", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "sparse_keys_kernel",
           "sparse_write_kernel", "transfer")
-    + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks") + _in("running", "phases")
+    + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks", "ratio_hint")
+    + _in("running", "phases")
     + _in("recording", "status", "results", "results_read", "results_write")
     + ["harness.environment", "harness.errors", "harness.interrupts"],
     ["harness"],

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import compare_kernel
+from . import compare_kernel, ratio_hint
 from .checks import Kind
 from .tolerances import Bound
 
@@ -42,11 +42,13 @@ class TensorCheck:
     dtype: str | None = None                        # the kernel's dtype, and the one the engine needs
     expected_dtype: str | None = None
     weight_rounding: dict | None = None             # the error model's second look (harness/judging/weight_rounding.py)
+    constant_error: dict | None = None              # a failure's constant ratio or offset (ratio_hint.py)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        if d["weight_rounding"] is None:            # only where it was taken: other rows keep their keys
-            del d["weight_rounding"]
+        for key in ("weight_rounding", "constant_error"):   # only where found: other rows keep their keys
+            if d[key] is None:
+                del d[key]
         return d
 
 
@@ -113,7 +115,7 @@ def check_batches(batches: list[tuple[str, list[Pair], Bound]]) -> list[list[Ten
         for group, bound, _ in queued:
             for check in group:
                 _fill(check, next(rows), bound)
-    for checks, (_, pairs, _) in zip(results, batches):
+    for checks, (_, pairs, bound) in zip(results, batches):
         for res, p in zip(checks, pairs):
             if p.expected_dtype is not None:
                 actual_dtype = p.actual.dtype if p.actual_dtype is None else p.actual_dtype
@@ -121,6 +123,8 @@ def check_batches(batches: list[tuple[str, list[Pair], Bound]]) -> list[list[Ten
                 if actual_dtype != p.expected_dtype:
                     res.failures.insert(0, Kind.DTYPE.value)
                     res.passed = False
+            if Kind.ELEMENT in res.failures or Kind.COSINE in res.failures:     # failed values: a second read
+                res.constant_error = ratio_hint.find(res.name, p.actual, p.expected, bound)
     return results
 
 
@@ -298,12 +302,18 @@ def expected_lse_for(expected_lse: torch.Tensor, empty_row_lse: float) -> torch.
 
 
 def describe(check: TensorCheck) -> str:
-    """One line naming the check, the worst element, its value and the bound (no case id)."""
+    """One line naming the check, the worst element, its value and the bound (no case id), ending with the
+    hint of a constant error where one was found (``ratio_hint``)."""
+    line = _line(check)
+    return f"{line}; {ratio_hint.describe(check.constant_error)}" if check.constant_error else line
+
+
+def _line(check: TensorCheck) -> str:
     if check.failures == [Kind.DTYPE]:
         return f"{check.name} has dtype {check.dtype}, expected {check.expected_dtype}"
     if Kind.DTYPE in check.failures:
         rest = dataclasses.replace(check, failures=[f for f in check.failures if f != Kind.DTYPE])
-        return f"{check.name} has dtype {check.dtype}, expected {check.expected_dtype}; {describe(rest)}"
+        return f"{check.name} has dtype {check.dtype}, expected {check.expected_dtype}; {_line(rest)}"
     if Kind.SHAPE in check.failures:
         return (f"{check.name} has shape {tuple(check.bound['actual_shape'])}, "
                 f"expected {tuple(check.bound['expected_shape'])}")
