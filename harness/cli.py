@@ -15,6 +15,7 @@ import pkgutil
 import sys
 
 from . import commands
+from .cores import passive_openmp
 from .errors import EXIT_BAD_INPUT, InputError
 from .interrupts import watch_sigint
 from .recording.status import EXIT_INTERRUPTED
@@ -67,6 +68,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     watch_sigint()       # a user's Ctrl-C stops the run; a kernel's own KeyboardInterrupt is its case's error
+    passive_openmp()     # before any command imports torch
     try:
         args = parse(argv)
         return args.func(args)

@@ -43,8 +43,8 @@ LAYERS = [
           "sparse_write_kernel", "transfer")
     + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks", "ratio_hint")
     + _in("running", "phases")
-    + _in("recording", "status", "results", "results_read", "results_write")
-    + ["harness.environment", "harness.errors", "harness.interrupts"],
+    + _in("recording", "status", "results", "results_read", "results_write", "reasons")
+    + ["harness.environment", "harness.errors", "harness.interrupts", "harness.cores"],
     ["harness"],
     ["reference"],
 ]

@@ -2,9 +2,13 @@
 
 import os
 
-import pytest
-import torch
-from hypothesis import HealthCheck, settings
+from harness.cores import passive_openmp
+
+passive_openmp()      # before torch loads OpenMP, as the CLI does: its threads sleep when they wait
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cores import cpu_workers, usable_cores
 from ..errors import InputError
 from ..recording import junit
 from ..recording.results import ResultsWriter, check_distinct_outputs, check_output_path
@@ -122,7 +123,8 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         memory, measuring_s = _memory_before_the_spares_load(device, sets, at_start)
         from ..running.chunk import run_chunk
         from ..running.worker_process import worker_job
-        pool.load_in_spare(worker_job(specs[0], device, run_chunk), args.workers * len(sets))
+        pool.load_in_spare(worker_job(specs[0], device, run_chunk, args.workers * len(sets)),
+                           args.workers * len(sets))
     from ..running.backend_loader import load_backend
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
     summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
@@ -240,6 +242,13 @@ def worker_sets(args, device: str) -> list:
         args.workers = default_workers(device, len(set_plan))
     if args.workers < 0:
         raise InputError(f"--workers must be 0 or more, got {args.workers}")
+    if device == "cpu":
+        args.workers, cut = cpu_workers(args.workers, usable_cores())
+        if cut:
+            print(f"mla-verify: {cut}", file=sys.stderr)
+    elif args.workers * len(set_plan) > usable_cores():
+        print(f"mla-verify: --workers {args.workers} on {len(set_plan)} GPU(s): more worker processes than the "
+              f"{usable_cores()} core(s) here; they share the cores", file=sys.stderr)
     if args.workers == 0 and set_plan[0][0] is not None:     # pinned: only a worker can be
         note, set_plan = "--workers 0: the run stays in this process, on its default GPU; --gpus is not used", \
             [(None, None)]

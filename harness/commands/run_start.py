@@ -8,6 +8,7 @@ before its heavy imports.
 
 from dataclasses import dataclass
 
+from ..cores import cpu_workers, usable_cores
 from ..running import gpu_memory, gpus, worker_pool
 
 
@@ -20,10 +21,12 @@ class MeasuredAtStart:
 
 def spares_wanted(workers: int | None, device: str, sets: int = 1) -> int:
     """How many workers per GPU ``run`` with crash isolation (the default) will start: ``--workers`` as
-    given, else the default for ``device`` over ``sets`` GPUs.  0 for ``--workers 0``."""
-    if workers is not None:
-        return max(workers, 0)
-    return worker_pool.default_workers(device, sets)
+    given (on the CPU at most one per core, as ``run`` settles it), else the default for ``device`` over
+    ``sets`` GPUs.  0 for ``--workers 0``."""
+    if workers is None:
+        return worker_pool.default_workers(device, sets)
+    workers = max(workers, 0)
+    return cpu_workers(workers, usable_cores())[0] if device == "cpu" else workers
 
 
 def start_spares(args, pool: worker_pool.WorkerPool) -> MeasuredAtStart:

@@ -78,8 +78,9 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
     for s in sets:
         s.memory = s.memory or MemoryGate()
-    run = _Run([list(c) for c in chunks if c], sets, worker_job(backend_spec, device, run_chunk), backend_spec,
-               on_row, crash_row, stop, startup_timeout_s, pool)
+    job = worker_job(backend_spec, device, run_chunk, workers * len(sets))
+    run = _Run([list(c) for c in chunks if c], sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s,
+               pool)
     first = min(workers * len(sets), len(run.todo))
     working = [run.start(sets[i % len(sets)]) for i in range(first)]
     try:

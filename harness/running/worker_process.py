@@ -7,6 +7,7 @@ Nothing heavy is imported at the top: a spare worker is started before the paren
 import os
 import signal
 
+from ..cores import cpu_threads, passive_openmp, usable_cores
 from ..errors import InputError
 from ..recording.status import Status
 
@@ -31,6 +32,7 @@ def serve(conn, progress, warm=False, pin=None):
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     if pin is not None:
         os.environ[PIN_ENV] = pin
+    passive_openmp()          # before torch loads OpenMP: a spare may start before the CLI's own call
     import torch  # the slow imports, made while the parent (which started a spare early) makes its own
     if warm:      # free memory was measured before this process started (gpu_memory)
         try:
@@ -108,14 +110,16 @@ def _warm_up(device):
         (a @ a).sum().item()
 
 
-def worker_job(backend_spec, device, run_chunk) -> tuple:
-    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)`` (see ``serve``).
-    A spare told one job serves only that job.
+def worker_job(backend_spec, device, run_chunk, workers: int = 1) -> tuple:
+    """What a worker is told to load: ``(backend spec, device, threads, run_chunk)`` (see ``serve``), for a
+    run of ``workers`` worker processes on this host.  A spare told one job serves only that job.
 
-    On the CPU a worker computes with this process's torch thread count: a float64 reduction or matmul
-    splits its work over the threads, so another count gives other last bits.  On a GPU the host's work
-    is small integer arrays, and several workers' threads on the same cores cost time (2 workers on the
-    H200's 16 cores: 11.7 s with 16 threads each, 9.0 s with one), so a worker has one thread.
+    On the CPU the workers share the cores: each computes with this process's torch thread count, cut so
+    that workers x threads stays within the cores (``cores.cpu_threads``).  On a GPU the host's work is small
+    integer arrays, and several workers' threads on the same cores cost time (2 workers on the H200's 16
+    cores: 11.7 s with 16 threads each, 9.0 s with one), so a worker has one thread.
     """
     import torch
-    return backend_spec, device, 1 if device == "cuda" else torch.get_num_threads(), run_chunk
+    threads = 1 if device == "cuda" else cpu_threads(torch.get_num_threads(), workers, usable_cores())
+    return backend_spec, device, threads, run_chunk
+
