@@ -279,7 +279,7 @@ def bench_run(tmp_path_factory):
     mp.undo()
     html = tmp / "b.html"
     rcode, _, rerr = run_cli(["report", out, "-o", html])
-    assert rcode == 0, rerr
+    assert rcode == code == 1, rerr         # the report gates on the same rows as the bench did
     return SimpleNamespace(code=code, stdout=stdout, stderr=stderr, rows=read_rows(out), out=out, csv=csv_path,
                            html=html.read_text(encoding="utf-8"))
 
@@ -546,3 +546,14 @@ def test_cross_check_line_names_the_gate_and_what_was_recorded_beside_it():
     line = output.cross_check_line({"case_id": "c", "backend": "k",
                                     "bench": {"cross_check": gate, "cross_check_others": beside}})
     assert "A 99.0 us, ratio 1.010: agrees" in line and "beside it, B 115.0 us (ratio 0.870)" in line
+
+
+def test_a_bench_that_verified_nothing_exits_as_run_does(tmp_path, monkeypatch):
+    """Every row unsupported (a kernel that needs CUDA, on the CPU): NOTHING VERIFIED, exit 5, as ``run``."""
+    monkeypatch.setenv("MLA_VERIFY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ceilings, "measure", lambda device: fake_ceilings())
+    code, out, err = run_cli(["bench", "--suite", "smoke", "--case", "smoke/decode-bf16/0", "--device", "cpu",
+                              "--backend", "flashmla", "--iters", 1, "--warmup", 0, "--out", tmp_path / "x.jsonl"])
+    assert [r["status"] for r in read_rows(tmp_path / "x.jsonl")] == ["unsupported"]
+    assert code == 5, out + err
+    assert out.strip().splitlines()[-1] == "verdict: NOTHING VERIFIED (exit 5)"

@@ -4,9 +4,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from ..errors import EXIT_FAILURES, InputError
 from ..recording.results import ResultsWriter
-from ..recording.status import gates
+from ..recording.status import Verdict, verdict_of
 from .run_cmd import device_asked, load_suites
 
 GPU_ITERS, CPU_ITERS = (50, 5), (5, 1)     # (timed iterations, warm-up) by device
@@ -128,7 +128,6 @@ def finish(rows, path, csv_path) -> int:
     if fallback:
         print(f"note: kineto failed on {len(fallback)} row(s); their kernel time is CUDA-event time per call "
               f"(see bench.timer in the rows)")
-    bad = [r for r in rows if gates(r["status"])]
     disagree = [r for r in rows if (r.get("bench") or {}).get("cross_check", {}).get("agrees") is False]
     counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
     timed = sum(bool((r.get("bench") or {}).get("timed")) for r in rows)
@@ -136,4 +135,8 @@ def finish(rows, path, csv_path) -> int:
           + (f"; CSV: {csv_path}" if csv_path else ""))
     if disagree:
         print(f"CROSS-CHECK FAILED on {len(disagree)} row(s)")
-    return EXIT_FAILURES if bad or disagree else EXIT_OK
+    verdict = verdict_of(rows)      # run's table: rows all unsupported verified nothing (exit 5)
+    if disagree:
+        verdict = Verdict("FAILED", EXIT_FAILURES, verdict.counts)
+    print(f"verdict: {verdict.name} (exit {verdict.exit_code})")
+    return verdict.exit_code
