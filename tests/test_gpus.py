@@ -249,6 +249,30 @@ def test_gpus_on_the_cpu_is_not_used_and_a_bad_value_is_one_line(tmp_path, monke
         assert code == 2 and err.strip() == f"mla-verify: error: {message}", err
 
 
+@pytest.mark.parametrize("flag, message", [
+    ("banana", "--gpus banana: expected 'all' or GPU indices such as 0,2,5, got 'banana'"),
+    ("0,,1", "--gpus 0,,1: expected 'all' or GPU indices such as 0,2,5, got ''"),
+    ("1,1", "--gpus 1,1: GPU 1 is named twice"),
+])
+def test_a_bad_gpus_value_is_bad_input_on_the_cpu_too(tmp_path, monkeypatch, flag, message):
+    """No GPU to check the indices against, but the form is checked: a typo in a CI job fails there too."""
+    monkeypatch.delenv(gpus.FAKE_ENV, raising=False)
+    code, _, err = run_cli(["run", "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
+                            "--gpus", flag, "--device", "cpu", "--workers", "0", "--out", str(tmp_path / "r.jsonl")])
+    assert code == 2 and err.strip() == f"mla-verify: error: {message}", err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_gpus_all_asked_for_on_the_cpu_notes_itself(tmp_path, monkeypatch):
+    monkeypatch.delenv(gpus.FAKE_ENV, raising=False)
+    code, _, err = run_cli(["run", "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
+                            "--gpus", "all", "--device", "cpu", "--workers", "0", "--out", str(tmp_path / "r.jsonl")])
+    assert code == 0 and "mla-verify: --gpus all: not used, the run is on the CPU" in err.splitlines(), err
+    code, _, err = run_cli(["run", "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0",
+                            "--device", "cpu", "--workers", "0", "--out", str(tmp_path / "s.jsonl")])
+    assert code == 0 and "--gpus" not in err, "not asked for: nothing to say"
+
+
 @pytest.fixture
 def fixed_commit(monkeypatch):
     """One commit for this process's rows and its workers': a commit made meanwhile (another checkout's

@@ -135,22 +135,32 @@ def _found(setting: str | None) -> tuple[Gpu, ...]:
 
 def select(spec: str, found) -> list[Gpu]:
     """The GPUs ``--gpus spec`` names among those ``found``: ``all``, or indices such as ``0,2,5``."""
-    spec = (spec or "all").strip()
-    if spec == "all":
+    indices = parse(spec)
+    if indices is None:
         return list(found)
     by_index = {g.index: g for g in found}
-    chosen = []
+    for index in indices:
+        if index not in by_index:
+            have = ", ".join(str(i) for i in by_index) or "none"
+            raise InputError(f"--gpus {spec}: there is no GPU {index} here (GPUs found: {have})")
+    return [by_index[i] for i in indices]
+
+
+def parse(spec: str | None) -> list[int] | None:
+    """``--gpus spec`` read: None for ``all`` (or not given), else the indices named, each once.  Bad
+    input whatever the device, so a typo is found on the CPU too."""
+    spec = (spec or "all").strip()
+    if spec == "all":
+        return None
+    indices = []
     for item in spec.split(","):
         item = item.strip()
         if not item.isdigit():
             raise InputError(f"--gpus {spec}: expected 'all' or GPU indices such as 0,2,5, got {item!r}")
-        if int(item) not in by_index:
-            have = ", ".join(str(i) for i in by_index) or "none"
-            raise InputError(f"--gpus {spec}: there is no GPU {item} here (GPUs found: {have})")
-        if by_index[int(item)] in chosen:
+        if int(item) in indices:
             raise InputError(f"--gpus {spec}: GPU {item} is named twice")
-        chosen.append(by_index[int(item)])
-    return chosen
+        indices.append(int(item))
+    return indices
 
 
 def worker_sets(chosen: list[Gpu], found) -> list[tuple[str | None, dict | None]]:
@@ -173,7 +183,8 @@ def plan(spec: str | None, device: str) -> tuple[list[tuple[str | None, dict | N
     """The worker sets of a run (``worker_sets``) and a note for the user, or None.  On the CPU
     ``--gpus`` is not used (unless the test hook pretends there are GPUs)."""
     if device != "cuda" and fake_gpus() is None:
-        note = None if spec in (None, "all") else f"--gpus {spec}: not used, the run is on the CPU"
+        parse(spec)
+        note = None if spec is None else f"--gpus {spec}: not used, the run is on the CPU"
         return [(None, None)], note
     found = discover()
     return worker_sets(select(spec or "all", found), found), None
