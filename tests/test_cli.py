@@ -339,7 +339,7 @@ def test_missing_subcommand_exits_2():
 # ---- list -------------------------------------------------------------------------------
 
 def test_list_shows_suites_backends_and_capabilities():
-    code, out, err = run_cli(["list"])
+    code, out, err = run_cli(["list", "--json"])
     assert code == 0, err
     assert "suites:" in out and "backends:" in out
     for name in suite_names():
@@ -358,7 +358,7 @@ def test_list_one_suite_shows_its_case_ids():
 
 
 def test_list_a_plugin(in_repo):
-    code, out, _ = run_cli(["list", "--backend", PLUGIN])
+    code, out, _ = run_cli(["list", "--json", "--backend", PLUGIN])
     assert code == 0
     assert "examples/plugin_backend.py" in out and '"dtypes": ["bf16", "fp16", "fp8_e4m3"]' in out
 

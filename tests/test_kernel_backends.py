@@ -60,7 +60,7 @@ def test_declared_conventions(name, expected):
 
 
 def test_list_shows_every_backend_with_availability():
-    code, out, _ = run_cli(["list"])
+    code, out, _ = run_cli(["list", "--json"])
     assert code == 0
     lines = out.splitlines()
     for name in NEW:

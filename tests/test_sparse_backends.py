@@ -119,7 +119,7 @@ def test_the_sink_for_a_padded_head_is_no_sink():
 
 def test_list_shows_each_sparse_backend_with_its_sparse_capabilities(capsys):
     from harness.cli import main
-    assert main(["list"]) == 0
+    assert main(["list", "--json"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in ("flashmla-sparse", "flashmla-sparse-prefill", "flaggems-sparse", "torch"):
         at = next(i for i, line in enumerate(lines) if line.strip().startswith(name + " "))
