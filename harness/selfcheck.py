@@ -84,9 +84,15 @@ def kills_of(spec: str, backend, cases, device, writer, progress) -> BackendKill
     return BackendKills(spec, summary, getattr(backend, "bug", ""), getattr(backend, "caught_by", ()), kills)
 
 
-def run_selfcheck(cases, mutant_names, device, writer, progress=False) -> SelfcheckResult:
-    """The clean backend first, then each mutant on a fresh instance, all in this process."""
+def run_selfcheck(cases, mutant_names, device, writer, progress=False, on_done=None) -> SelfcheckResult:
+    """The clean backend first, then each mutant on a fresh instance, all in this process.  ``on_done(i, n,
+    kills, seconds)`` after each of the ``n`` backends: a long selfcheck says how far it is."""
     started = time.perf_counter()
-    clean = kills_of(CLEAN_SPEC, load_backend(CLEAN_SPEC), cases, device, writer, progress)
-    mutants = [kills_of(f"mutant:{n}", MUTANTS[n](), cases, device, writer, progress) for n in mutant_names]
-    return SelfcheckResult(clean, mutants, time.perf_counter() - started)
+    steps = [(CLEAN_SPEC, lambda: load_backend(CLEAN_SPEC))] + [(f"mutant:{n}", MUTANTS[n]) for n in mutant_names]
+    done = []
+    for i, (spec, make) in enumerate(steps, 1):
+        t0 = time.perf_counter()
+        done.append(kills_of(spec, make(), cases, device, writer, progress))
+        if on_done is not None:
+            on_done(i, len(steps), done[-1], time.perf_counter() - t0)
+    return SelfcheckResult(done[0], done[1:], time.perf_counter() - started)

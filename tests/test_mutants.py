@@ -184,3 +184,13 @@ def test_every_mutant_names_checks_the_table_defines():
         caught_by = factory().caught_by
         assert caught_by and all(known(c) for c in caught_by), (name, caught_by)
     assert not known("out.elemnt") and not known("determinsm")
+
+
+def test_selfcheck_without_bars_says_how_far_it_is_after_each_backend(capsys):
+    """A log (``make test``'s selfcheck) gets a line per backend as it finishes, not one line for minutes."""
+    code = main(["selfcheck", "--mutant", "lse_base2", "--mutant", "read_past_seqlen", "--no-progress"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "selfcheck [" in line]
+    assert code == 0
+    assert [line.split(":")[1].strip() for line in lines] == [
+        "selfcheck [1/3] torch (clean)", "selfcheck [2/3] lse_base2", "selfcheck [3/3] read_past_seqlen"]
+    assert "torch (clean): passed, 0/" in lines[0] and "lse_base2: killed" in lines[1]

@@ -97,14 +97,22 @@ def main(args) -> int:
     try:
         print(f"mla-verify: selfcheck of {len(names)} mutant(s) and the clean backend on {len(cases)} case(s) "
               f"from {', '.join(s.name for s in suites)} ({device})", file=sys.stderr)
-        result = run_selfcheck(cases, names, device, writer,
-                               progress=not args.no_progress and sys.stderr.isatty())
+        bars = not args.no_progress and sys.stderr.isatty()
+        result = run_selfcheck(cases, names, device, writer, progress=bars, on_done=None if bars else _said_done)
     finally:
         writer.close()
     (print_markdown if args.markdown else print_matrix)(result)
     if args.junit_xml:
         junit.write(args.junit_xml, junit_rows(result), name="mla-verify selfcheck")
     return report(result, args.out)
+
+
+def _said_done(i: int, n: int, kills, seconds: float):
+    """One line per backend where no bar shows (a log, ``--no-progress``): a long selfcheck says how far it is."""
+    name = "torch (clean)" if i == 1 else kills.spec.removeprefix("mutant:")
+    what = ("passed" if not kills.killed else "FAILED") if i == 1 else ("killed" if kills.killed else "SURVIVED")
+    print(f"mla-verify: selfcheck [{i}/{n}] {name}: {what}, {kills.killed_cases}/{kills.cases} case(s) failing, "
+          f"{seconds:.1f} s", file=sys.stderr, flush=True)
 
 
 def junit_rows(result) -> list[dict]:
