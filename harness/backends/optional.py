@@ -7,13 +7,17 @@ report the exact import error.
 
 import importlib
 import importlib.metadata
+import warnings
 from functools import cache
 
 
 def try_import(module_name: str):
-    """``(module, None)`` or ``(None, "module: ExcType: first line")``."""
+    """``(module, None)`` or ``(None, "module: ExcType: first line")``.  Warnings a package raises while it
+    imports (a dependency's version notice) are its own, not mla-verify's: they stay off the console."""
     try:
-        return importlib.import_module(module_name), None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module(module_name), None
     except Exception as e:   # a wheel for another torch/CUDA fails with OSError, RuntimeError, ...
         first = (str(e).splitlines() or [""])[0][:200]
         return None, f"{module_name}: {type(e).__name__}: {first}"

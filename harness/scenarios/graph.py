@@ -95,12 +95,18 @@ def check_same_buffers(session, out_g, lse_g, bs, width):
 
 
 def run(case, backend, device):
+    reason = refusal(case, backend, device)
+    return Outcome.unsupported(reason) if reason else run_steps(case, backend, device)
+
+
+def refusal(case, backend, device) -> str | None:
+    """Why the case is ``unsupported`` here, before anything is built (``list`` marks the case with it)."""
     if not hasattr(backend, "graph_session"):
         # the harness's limit, not the kernel's: say so rather than blame the kernel
-        return Outcome.unsupported(no_graph_reason(backend))
+        return no_graph_reason(backend)
     if torch.device(device).type != "cuda":
-        return Outcome.unsupported("CUDA-graph replay needs a CUDA device")
-    return run_steps(case, backend, device)
+        return "CUDA-graph replay needs a CUDA device"
+    return None
 
 
 def run_steps(case, backend, device):

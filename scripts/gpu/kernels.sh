@@ -26,7 +26,7 @@ echo "PYTHONPATH=$PYTHONPATH"
 echo "nvcc: $(command -v nvcc || echo missing)  ninja: $(command -v ninja || echo missing)"
 echo "FLASHINFER_WORKSPACE_BASE=$FLASHINFER_WORKSPACE_BASE"
 for b in flashinfer-fa3 flashinfer-fa2 sglang-triton sglang-verify-mla flaggems; do
-  echo "$b: $($PY -m harness.cli list --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')"
+  echo "$b: $($PY -m harness.cli list --json --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')"
 done
 
 summarize() {   # results file -> counts, every row that did not pass, worst errors, JIT build times

@@ -15,7 +15,7 @@ log="$OUT/sparse.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$log"
 $PY -c "import torch, importlib.metadata as md; print('torch', torch.__version__, 'sgl-flash-mla', md.version('sgl-flash-mla'))" 2>&1 | tee -a "$log"
 for b in flashmla-sparse flashmla-sparse-prefill flaggems-sparse; do
-  echo "$b: $($PY -m harness.cli list --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')" | tee -a "$log"
+  echo "$b: $($PY -m harness.cli list --json --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')" | tee -a "$log"
 done
 
 results="$OUT/sparse.jsonl"
