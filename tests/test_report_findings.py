@@ -145,6 +145,51 @@ def test_wall_clock_and_summed_time_each_have_their_label(files):
     assert f"<b>{seconds(sum(r['wall_s'] for r in rows))}</b> summed case time" in text
 
 
+def test_the_wall_clock_is_read_from_finish_stamps_and_case_times(files):
+    """A row that records when it finished (``finished_at``) started its ``wall_s`` before."""
+    d, reports = files
+    path, _, _ = reports["multi"]
+    rng = random.Random(31)
+    rows = read_rows(path)
+    end = 1.7e9 + rng.uniform(0, 1e6)
+    stamped = [dict(r, finished_at=end + rng.uniform(0, 60)) for r in rows]
+    f = d / "finished.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in stamped))
+    out, data = write_report([f], d / "finished.html")
+    wall = max(r["finished_at"] for r in stamped) - min(r["finished_at"] - r["wall_s"] for r in stamped)
+    assert data.timing["wall_s"] == pytest.approx(wall) and data.timing["stamped"] == len(rows)
+    text = out.read_text(encoding="utf-8")
+    assert f"<b>{seconds(wall)}</b> wall clock, first case start to last case end" in text
+    assert "not recorded" not in text
+
+
+def first_screen_text(html: str) -> str:
+    """The page's text above the scoreboard, tags and attributes (tooltips) stripped."""
+    return re.sub(r"<[^>]+>", "", html[:position(html, "scoreboard")])
+
+
+def test_why_no_kernel_was_verified_is_said_in_words_on_the_first_screen(tmp_path):
+    """An auto run on the CPU: every kernel auto skipped, and why, in plain text above the scoreboard."""
+    path = tmp_path / "auto.jsonl"
+    code = cli(["run", "--suite", "smoke", "--case", "smoke/decode-bf16/0", "--backend", "auto", "--device", "cpu",
+                "--workers", "0", "--no-progress", "--out", str(path)])
+    assert code == 0
+    rows = read_rows(path)
+    skipped = [n.split(": ", 1) for n in rows[0]["selection"] if ": " in n and not n.endswith("runs here")]
+    assert skipped and {r["backend"] for r in rows} == {"torch"}
+    out, _ = write_report([path], tmp_path / "auto.html")
+    text = first_screen_text(out.read_text(encoding="utf-8"))
+    assert "No kernel was verified: only the pure-PyTorch torch backend ran, which checks the harness" in text
+    for kernel, reason in skipped:
+        if not kernel.startswith("no real kernel"):
+            assert reason in text, reason
+    assert "the rows ran on cpu, with no GPU" in text
+    renamed = tmp_path / "kernel.jsonl"          # the same rows under a kernel's name: nothing to explain
+    renamed.write_text("".join(json.dumps(dict(r, backend="my-kernel")) + "\n" for r in rows))
+    out, _ = write_report([renamed], tmp_path / "kernel.html")
+    assert 'id="no-kernel"' not in out.read_text(encoding="utf-8")
+
+
 def test_long_tables_fold(tmp_path, files):
     _, reports = files
     path, _, _ = reports["multi"]
@@ -182,3 +227,33 @@ def test_scoreboard_and_first_finding_are_on_the_first_screen(files, name):
     assert found, proc.stderr[-2000:]
     box = json.loads(found.group(1))
     assert 0 < box["board"] <= 900 and 0 < box["first"] <= 900, box
+
+
+# Every element that shows on the first screen: one whose content is wider than its box where the box does
+# not let it out (overflow other than visible) is clipped, and so is one that ends past the window's right.
+CLIPPED = ("<script>addEventListener('load',()=>{const out=[],W=document.documentElement.clientWidth;"
+           "for(const el of document.querySelectorAll('main *')){const r=el.getBoundingClientRect();"
+           "if(r.top>=900||r.bottom<=0||!r.width)continue;const name=el.tagName+'#'+el.id+'.'+el.className;"
+           "if(getComputedStyle(el).overflowX!=='visible'&&el.scrollWidth>el.clientWidth+1)"
+           "out.push(name+' holds '+el.scrollWidth+' px in '+el.clientWidth);"
+           "if(r.right>W+1)out.push(name+' ends at '+r.right+' px');}"
+           "document.title=JSON.stringify(out);});</script>")
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Debian chromium is not installed (apt-get install -y chromium)")
+@pytest.mark.parametrize("name", ["multi", "cpu"])
+def test_nothing_on_the_first_screen_is_clipped(files, name):
+    """At 1400 x 900: no table, bar or panel in the first 900 pixels is cut off at its right (the counts
+    table's bar column was, in its panel)."""
+    d, reports = files
+    _, html, _ = reports[name]
+    page = d / f"{name}-clip.html"
+    page.write_text(html.replace("</body>", CLIPPED + "</body>"), encoding="utf-8")
+    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={d / ('clip-profile-' + name)}", "--window-size=1400,900",
+                           "--hide-scrollbars", "--dump-dom", f"file://{page}"],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r"<title>(\[.*?\])</title>", proc.stdout)
+    assert found, proc.stderr[-2000:]
+    assert json.loads(found.group(1)) == []

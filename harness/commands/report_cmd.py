@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_OK, InputError
+from ..errors import EXIT_BAD_INPUT, EXIT_FAILURES, InputError
 from ..recording.results import check_output_path
 from ..recording.status import Status
 from ..report import MAX_DRILLDOWNS, write_report
@@ -14,8 +14,9 @@ from ..report.baseline import FACTOR, FLOOR
 def add_parser(sub):
     p = sub.add_parser("report", help="write a self-contained HTML report from results files")
     p.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) (JSONL); a later row of the same "
-                   "case and backend supersedes an earlier one.  Files of a sharded run (run --shard K/N): a shard "
-                   "absent or a case from two shards is named, exit 2; else the merged verdict's exit code")
+                   "case and backend supersedes an earlier one.  Exits with the verdict of the rows read, as run "
+                   "does (0 passed, 1 failed, 5 nothing verified: an empty file too); files of a sharded run (run "
+                   "--shard K/N) with a shard absent or a case from two shards: named, exit 2")
     p.add_argument("-o", "--out", help="report file; default reports/report-<time>.html")
     p.add_argument("--baseline", action="append", metavar="OLD",
                    help="an older results file (repeat for several): mark new failures, fixed cases and "
@@ -48,26 +49,38 @@ def main(args) -> int:
     _, data = write_report(args.results, target, args.baseline or (), args.max_drilldowns, args.title,
                            args.regression_factor, args.regression_floor)
     print(out)
-    sharded = data.extras.shards.sharded
+    for path, rows in data.sources:
+        if not rows:
+            print(f"mla-verify: report: {path}: no rows (an empty results file: the run was given no case, or "
+                  f"stopped before its first row)", file=sys.stderr)
     for problem in data.shard_problems:
         print(f"mla-verify: report: {problem}", file=sys.stderr)
     if data.baseline is not None and not data.baseline["matched"]:
         print(f"mla-verify: report: {nothing_in_common(data)}", file=sys.stderr)
-        if args.fail_on_regression:
-            return EXIT_FAILURES
-    if args.fail_on_regression:
-        lost = no_longer_passing(data.df)
-        for case_id, backend, status in lost[:20]:
-            print(f"regression: {case_id} [{backend}] passed in the baseline, now {status}")
-        if len(lost) > 20:
-            print(f"... and {len(lost) - 20} more")
-        sys.stdout.flush()
-        if lost:
-            return EXIT_FAILURES
+    regressed = args.fail_on_regression and regression_gate(data)
     sys.stdout.flush()
-    if sharded:      # a merge of shards: the merged verdict's code, or 2 when the shards are not one whole run
-        return EXIT_BAD_INPUT if data.shard_problems else data.verdict.exit_code
-    return EXIT_OK
+    return exit_code(data, regressed)
+
+
+def exit_code(data, regressed: bool) -> int:
+    """One rule, sharded or not: 2 when the files are not one whole sharded run, 1 when the regression gate
+    tripped, else the verdict of the rows read: the code ``run`` gives the same rows (0, 1 or 5)."""
+    if data.shard_problems:
+        return EXIT_BAD_INPUT
+    return EXIT_FAILURES if regressed else data.verdict.exit_code
+
+
+def regression_gate(data) -> bool:
+    """``--fail-on-regression``: whether it trips, each case lost said on stdout.  A baseline that matched
+    no row trips it too: nothing was compared, so no regression can be ruled out."""
+    if data.baseline is not None and not data.baseline["matched"]:
+        return True
+    lost = no_longer_passing(data.df)
+    for case_id, backend, status in lost[:20]:
+        print(f"regression: {case_id} [{backend}] passed in the baseline, now {status}")
+    if len(lost) > 20:
+        print(f"... and {len(lost) - 20} more")
+    return bool(lost)
 
 
 def report_target(out: str, inputs: list[str]) -> Path:

@@ -4,10 +4,12 @@ import shlex
 import sys
 from collections import Counter
 
+from .reasons import group_reasons
 from .results import failure_lines
 from .status import STATUSES, Status, gates
 
 COLUMNS = STATUSES
+SHOWN_REASONS = 5      # unsupported reasons listed, grouped by their text with the numbers set aside
 
 
 def verified_backends(rows) -> list[str]:
@@ -71,17 +73,27 @@ def print_summary(summary, results_path, out=None, max_messages=20):
         print(f"warning (not gating) {line}", file=out)
     if len(warned) > 5:
         print(f"... and {len(warned) - 5} more warning(s) in {results_path}", file=out)
-    unsupported = Counter(r.get("reason") for r in rows if r["status"] == Status.UNSUPPORTED)
-    for reason, n in unsupported.most_common(5):
-        print(f"unsupported ({n}): {reason}", file=out)
+    reasons = group_reasons((r.get("reason") for r in rows if r["status"] == Status.UNSUPPORTED), SHOWN_REASONS)
+    for group in reasons.shown:
+        print(f"unsupported ({group.cases}): {group.text}", file=out)
+    if more := reasons.more_text(f"in {results_path}"):
+        print(more, file=out)
     print(time_line(summary), file=out)
     kept = f", {len(summary.previous)} kept from the resumed file" if summary.previous else ""
     print(f"{len(summary.rows)} case(s) run in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} cases/s)"
           f"{kept}; results: {results_path}", file=out)
     verdict = summary.verdict
     if verdict.name == "NOTHING VERIFIED":
-        print("no case was verified against a kernel: every case was unsupported here (reasons above)", file=out)
+        print(f"no case was verified against a kernel: {nothing_verified_why(rows)}", file=out)
     print(f"verdict: {verdict.name} (exit {verdict.exit_code})", file=out)
+
+
+def nothing_verified_why(rows) -> str:
+    """Why a run verified nothing: it had no case at all (a shard dealt none), or every case was unsupported."""
+    if not rows:
+        return ("this run was given no case, so nothing ran (with --shard K/N, a shard gets none when there are "
+                "fewer cases than shards)")
+    return "every case was unsupported here (reasons above)"
 
 
 PHASES = ("inputs", "kernel", "oracle", "compare")

@@ -15,6 +15,7 @@ header{display:flex;align-items:center;gap:16px;flex-wrap:wrap;padding-bottom:12
 .v-FAILED{background:var(--fail)}.v-PASSED{background:var(--pass)}.v-EMPTY,.v-NOTHING{background:var(--unsupported)}
 .v-HARNESS{background:#5b6b7d}
 .times{margin:8px 0 10px;font-size:13px;color:var(--mute)}.times b{color:var(--fg)}
+.no-kernel{margin:0 0 10px;padding:6px 10px;border-left:4px solid #5b6b7d;background:#eef1f4;font-size:13px}
 .board,.findings{background:var(--card);border:1px solid var(--line);border-radius:6px;width:100%}
 .board td,.findings td{vertical-align:middle}.board .wr.hot{color:#a3151b;font-weight:700}
 .tag{display:inline-block;margin-left:6px;padding:0 5px;border-radius:3px;background:#e8ebef;color:#4a5561;
@@ -42,6 +43,7 @@ th{font-weight:600;color:#3a434d;background:#f4f5f7;white-space:nowrap}
 .kv td span{color:var(--mute)}
 td.n{text-align:right;font-variant-numeric:tabular-nums}td.z{color:#c3c8ce}
 .stack{display:flex;width:90px;height:10px;border-radius:2px;overflow:hidden;background:#eee;margin-top:4px}
+#counts{width:100%}#counts .stack{width:auto;min-width:40px}
 .stack i{display:block;height:100%}
 .st{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:12px;font-weight:600}
 .s-pass{background:var(--pass)}.s-fail{background:var(--fail)}.s-error{background:var(--error)}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..judging.checks import TENSOR_NAMES
+from ..recording.reasons import Grouped, group_reasons
 from ..recording.status import GATING, STATUSES, Status, Verdict, verdict_of
 from . import findings as findings_mod
 from . import gpu_models, scoreboard
@@ -99,10 +100,16 @@ def environment(df: pd.DataFrame, extras: Extras) -> list[tuple[str, list[tuple[
 
 
 def timing(df: pd.DataFrame) -> dict:
-    """The summed case time (each row's ``wall_s``), and the wall clock where rows carry start and end stamps."""
+    """The summed case time (each row's ``wall_s``), and the wall clock where rows carry when they ended:
+    the first case's start to the last case's end.  A row with ``finished_at`` but no ``started_at``
+    started ``wall_s`` before it finished."""
     summed = float(df["wall_s"].sum(skipna=True)) if len(df) else 0.0
     kernel = df["kernel_ms"].dropna() if len(df) else pd.Series(dtype=float)
-    stamped = df.dropna(subset=["started_at", "finished_at"]) if len(df) else df
+    if len(df):
+        started = df["started_at"].fillna(df["finished_at"] - df["wall_s"].fillna(0.0))
+        stamped = df.assign(started_at=started).dropna(subset=["started_at", "finished_at"])
+    else:
+        stamped = df
     wall = float(stamped["finished_at"].max() - stamped["started_at"].min()) if len(stamped) else math.nan
     return {
         "cases": len(df), "summed_s": summed, "wall_s": wall, "stamped": len(stamped),
@@ -111,11 +118,13 @@ def timing(df: pd.DataFrame) -> dict:
     }
 
 
-def unsupported_reasons(df: pd.DataFrame, top: int = 8) -> list[tuple[str, int]]:
-    if not len(df):
-        return []
-    reasons = df.loc[df["status"] == Status.UNSUPPORTED, "reason"].value_counts()
-    return [(str(k), int(v)) for k, v in reasons.head(top).items()]
+SHOWN_REASONS = 8      # unsupported reasons listed, grouped by their text with the numbers set aside
+
+
+def unsupported_reasons(df: pd.DataFrame, top: int = SHOWN_REASONS) -> Grouped:
+    """The unsupported rows' reasons in groups, as the console summary lists them (``recording.reasons``)."""
+    reasons = df.loc[df["status"] == Status.UNSUPPORTED, "reason"] if len(df) else ()
+    return group_reasons(reasons, top)
 
 
 EMPTY_COLUMNS = ["i", "case_id", "backend", "gpu", "status", "worst", "env", "sig", "where"]
@@ -141,7 +150,7 @@ class ReportData:
     statuses: list[str]
     env: list
     timing: dict
-    unsupported: list
+    unsupported: Grouped                        # the unsupported rows' reasons, grouped (``recording.reasons``)
     verdict: Verdict                            # the same verdict the CLI gives these rows
     extras: Extras
     findings: list                              # findings.Finding, most cases first

@@ -7,10 +7,10 @@ rerun first), and one sentence of evidence over all of them ("LSE over its bound
 """
 
 import math
-import re
 from dataclasses import dataclass
 
 from ..judging.checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
+from ..recording.reasons import blank_numbers
 from ..recording.status import Status
 from .gpu_models import describe
 from .text import ratio
@@ -36,13 +36,10 @@ def _nonfinite_where(row: dict) -> str:
     return "in some requests with keys" if hit and not hit & empty else ""
 
 
-_DIGITS = re.compile(r"0x[0-9a-f]+|\d+(\.\d+)?")
-
-
 def _reason_pattern(reason: str) -> str:
     """A raise's first line with its numbers blanked, so one bug at many shapes is one finding."""
     first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else "no reason recorded"
-    return _DIGITS.sub("#", first[:160])
+    return blank_numbers(first[:160])
 
 
 def signature(row: dict) -> tuple[str, str, str]:

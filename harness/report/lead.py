@@ -5,6 +5,7 @@ import math
 
 from .fold import fold
 from .gpu_models import describe
+from .no_kernel import why as why_no_kernel
 from .text import esc, int_text, ratio, seconds
 
 SHOWN_FINDINGS = 8       # the rest fold away: the first screen keeps the scoreboard and the top findings
@@ -33,11 +34,20 @@ def times(data) -> str:
         wall = (f'<b>{seconds(t["wall_s"])}</b> wall clock, first case start to last case end{partial}'
                 + (f' · {t["cases_per_second"]:.1f} cases/s' if not math.isnan(t["cases_per_second"]) else ""))
     else:
-        wall = "wall clock: not recorded (the rows carry no start or end time)"
+        wall = "wall clock: not recorded (the rows carry no finish time, <code>finished_at</code>)"
     med = f", median {t['kernel_median_ms']:.3g} ms a call" if not math.isnan(t["kernel_median_ms"]) else ""
     return (f'<p class="times" id="runtime">{wall} · <b>{seconds(t["summed_s"])}</b> summed case time '
             f'(each case\'s wall_s added up: cases on parallel workers overlap, start-up is not counted) · '
             f'kernel {t["kernel_s"]:.3g} s summed{med}</p>')
+
+
+def no_kernel(data) -> str:
+    """Said in words on the first screen, not only in the badge's tooltip: no kernel was verified, and why."""
+    text = why_no_kernel(data)
+    if not text:
+        return ""
+    head, _, rest = text.partition(": ")
+    return f'<p class="no-kernel" id="no-kernel"><b>{esc(head)}:</b> {esc(rest)}</p>'
 
 
 def _worst(line) -> str:

@@ -39,7 +39,7 @@ def _header(data: ReportData, title: str) -> str:
            if data.superseded else "")
     return (f'<header><h1>{esc(title)}</h1>{lead.verdict_badge(data)}'
             f'<span class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S")} from {src}{sup}</span></header>'
-            + lead.times(data))
+            + lead.times(data) + lead.no_kernel(data))
 
 
 def _verified(data: ReportData) -> str:
@@ -73,13 +73,13 @@ def _stack(counts: dict, total: int) -> str:
 
 def _counts_table(data: ReportData) -> str:
     cols = data.statuses
-    head = "".join(f"<th>{esc(s)}" for s in cols)
+    head = "".join(f"<th>{esc(s).replace('_', '_<wbr>')}" for s in cols)     # harness_error may wrap
     body = []
     for key, line in data.counts.iterrows():
         c = {s: int(line[s]) for s in cols}
         cells = "".join(f'<td class="n{"" if n else " z"}" data-s="{esc(s)}">{n if n else "·"}' for s, n in c.items())
         body.append(f'<tr data-g="{esc("|".join(map(str, key)))}">' + "".join(f"<td>{esc(k)}" for k in key)
-                    + cells + f"<td>{_stack(c, sum(c.values()))}</tr>")
+                    + cells + f'<td class="bar">{_stack(c, sum(c.values()))}</tr>')
     return fold('<table id="counts"><thead><tr><th>suite<th>backend<th>mode<th>dtype' + head + '<th></thead>',
                 body, FOLD, "lines")
 
@@ -98,10 +98,18 @@ def _env_table(data: ReportData) -> str:
 
 
 def _unsupported(data: ReportData) -> str:
-    if not data.unsupported:
+    """The reasons cases were unsupported, grouped by their text with the numbers set aside ("N" where
+    they differ); a cut list ends with how many reasons and cases it left out."""
+    reasons = data.unsupported
+    if not reasons.shown:
         return ""
-    items = "".join(f"<tr><td class='n'>{n}<td>{esc(r)}</tr>" for r, n in data.unsupported)
-    return f'<h2>Unsupported, by reason</h2><table class="kv">{items}</table>'
+    items = "".join(f"<tr><td class='n'>{g.cases:,}<td>{esc(g.text)}"
+                    + (f" <span>({g.variants} variants)</span>" if g.variants > 1 else "") + "</tr>"
+                    for g in reasons.shown)
+    more = reasons.more_text("(filter the case table: unsupported)")
+    items += f'<tr id="unsupported-more"><td><td>{esc(more)}</tr>' if more else ""
+    return (f'<h2>Unsupported, by reason <span class="meta">{reasons.cases:,} case(s)</span></h2>'
+            f'<table class="kv" id="unsupported">{items}</table>')
 
 
 def _baseline(data: ReportData) -> str:
