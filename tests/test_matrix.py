@@ -42,7 +42,7 @@ def test_two_backends_in_one_file_make_a_matrix_with_the_disagreements(tmp_path,
     expected = sorted(c for c, s in by.items() if len(set(s.values())) > 1)
     assert expected                                                        # the verify cases
     html = tmp_path / "r.html"
-    assert main(["report", str(path), "-o", str(html)]) == 0
+    assert main(["report", str(path), "-o", str(html)]) == 1       # a backend fails: the verdict gates
     page = html.read_text()
     matrix = page[page.index('id="matrix"'):page.index("</table>", page.index('id="matrix"'))]
     flagged = sorted(re.findall(r'data-dis="1"><td>([^<]+)<', matrix))

@@ -43,7 +43,7 @@ causal = [true, false]
 """
 
 # what differs between two runs of the same case by design: how long it took
-TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms")
+TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at")
 
 
 def suite_cases(tmp_path, seed):

@@ -127,9 +127,14 @@ def test_the_matrix_opens_on_the_disagreements(files):
 def test_wall_clock_and_summed_time_each_have_their_label(files):
     d, reports = files
     path, html, data = reports["cpu"]
-    assert "wall clock: not recorded" in html and "summed case time" in html
+    assert "wall clock: not recorded" not in html and "summed case time" in html     # run stamps its rows
+    assert data.timing["stamped"] == data.timing["cases"] > 0 and data.timing["wall_s"] > 0
     rng = random.Random(29)
     rows = read_rows(path)
+    unstamped = d / "unstamped.jsonl"          # rows written before run stamped them
+    unstamped.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "finished_at"}) + "\n"
+                                 for r in rows))
+    assert "wall clock: not recorded" in write_report([unstamped], d / "unstamped.html")[0].read_text()
     start = 1.7e9 + rng.uniform(0, 1e6)
     stamped = []
     for r in rows:

@@ -12,7 +12,7 @@ from harness.planning.cases import load_suite
 from harness.running.chunk import run_chunk
 from harness.scenarios import sparse as scenario
 
-TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms", "env")
+TIMINGS = ("wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at", "env")
 
 
 class DeclaredBf16Product(TorchBackend):

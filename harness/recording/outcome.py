@@ -8,6 +8,7 @@ file keeps one format.
 
 import dataclasses
 import shlex
+import time
 from dataclasses import dataclass, field
 
 from .. import environment
@@ -144,6 +145,7 @@ class ResultRow:
         row.update(self.outcome.to_json())
         if self.wall_s is not None:
             row["wall_s"] = self.wall_s
+        row["finished_at"] = round(time.time(), 3)     # the report's wall clock: first start to last finish
         row.update(self.extra)
         return row
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 from harness.recording.results import read_rows
 
-TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms"}
+TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at"}
 parser = argparse.ArgumentParser()
 parser.add_argument("a")
 parser.add_argument("b")
