@@ -13,6 +13,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import time
 
 from . import commands
 from .cores import passive_openmp
@@ -67,10 +68,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    started = time.perf_counter()     # the summary's wall time counts from here: start-up and workers included
     watch_sigint()       # a user's Ctrl-C stops the run; a kernel's own KeyboardInterrupt is its case's error
     passive_openmp()     # before any command imports torch
     try:
         args = parse(argv)
+        args.started = started
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)

@@ -9,7 +9,7 @@ from ..cores import cpu_workers, usable_cores
 from ..errors import InputError
 from ..recording import junit
 from ..recording.results import ResultsWriter, check_distinct_outputs, check_output_path
-from ..recording.summary import print_summary
+from ..recording.summary import auto_lines, print_summary
 from ..running import gpu_memory, gpus, placement, shards
 from ..running.circuit_breaker import MAX_TIMEOUTS, timeout_limit
 from ..running.worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
@@ -127,7 +127,8 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
                            args.workers * len(sets))
     from ..running.backend_loader import load_backend
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
-    summary = RunSummary(selection=auto_notes, seconds=measuring_s)    # as when the run measures itself
+    summary = RunSummary(selection=auto_notes, seconds=measuring_s,    # as when the run measures itself
+                         started=getattr(args, "started", None))
     row_extra = {"selection": auto_notes}
     if shard is not None:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)
@@ -174,8 +175,8 @@ def _backend_specs(args, device: str) -> tuple[list[str], list[str]]:
     """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to."""
     from ..backends import expand_specs
     specs, auto_notes = expand_specs(args.backend, device)
-    for note in auto_notes:
-        print(f"mla-verify: auto: {note}", file=sys.stderr)
+    for line in auto_lines(auto_notes):
+        print(f"mla-verify: auto: {line}", file=sys.stderr)
     if args.require_kernel and not any(is_real_kernel(s) for s in specs):
         raise InputError("--require-kernel: no real kernel will be verified here ("
                          + "; ".join(auto_notes or [f"backends asked for: {', '.join(specs)}"]) + ")")

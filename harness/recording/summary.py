@@ -2,6 +2,7 @@
 
 import shlex
 import sys
+import time
 from collections import Counter
 
 from .reasons import group_reasons
@@ -37,8 +38,9 @@ def print_summary(summary, results_path, out=None, max_messages=20):
     out = out or sys.stdout          # looked up per call: callers may redirect stdout
     rows = summary.all_rows
     print(f"verified: {'; '.join(verified_backends(rows)) or 'nothing'}", file=out)
-    for note in summary.selection:
-        print(f"  auto: {note}", file=out)
+    for note in summary.selection[-1:]:
+        if not note.startswith(tuple(f"{kernel}:" for kernel in auto_kernels(summary.selection))):
+            print(f"  auto: {note}", file=out)      # its conclusion; each kernel's line was said at the start
     groups = Counter()
     for r in rows:
         groups[(r.get("backend", "?"), r["suite"], r["mode"], r["dtype"], r["status"])] += 1
@@ -99,6 +101,26 @@ def nothing_verified_why(rows) -> str:
 PHASES = ("inputs", "kernel", "oracle", "compare")
 
 
+def auto_kernels(notes: list[str]) -> list[str]:
+    """The kernels ``auto`` notes one line each (``kernel: why``)."""
+    return [note.partition(":")[0] for note in notes if ":" in note and " " not in note.partition(":")[0]]
+
+
+def auto_lines(notes: list[str]) -> list[str]:
+    """``auto``'s notes for the console: kernels with the same reason on one line, in their order."""
+    kernels = auto_kernels(notes)
+    by_reason: dict[str, list[str]] = {}
+    for note in notes:
+        name, _, reason = note.partition(": ")
+        key = reason.strip() if name in kernels else note
+        by_reason.setdefault(key, []).append(name if name in kernels else "")
+    lines = []
+    for reason, names in by_reason.items():
+        named = [n for n in names if n]
+        lines.append(f"{', '.join(named)}: {reason}" if named else reason)
+    return lines
+
+
 def time_breakdown(rows) -> dict:
     """Seconds per phase summed over rows (workers run in parallel: the sum can pass the wall time)."""
     totals = dict.fromkeys(PHASES, 0.0)
@@ -138,5 +160,8 @@ def time_line(summary) -> str:
     gpus = gpus_used(summary.rows)
     if len(gpus) > 1:            # run --gpus: which GPUs the workers were spread over
         where += f" {gpus_text(gpus)}"
-    return (f"time: {summary.seconds:.1f} s wall in {where}; summed over cases: {phases}; "
-            f"writing rows {summary.io_seconds:.2f} s")
+    wall = f"{summary.seconds:.1f} s wall"
+    if summary.started is not None:     # the command's time so far: its imports and the workers' start-up too
+        whole = time.perf_counter() - summary.started
+        wall = f"{whole:.1f} s wall from the start ({summary.seconds:.1f} s running cases)"
+    return f"time: {wall} in {where}; summed over cases: {phases}; writing rows {summary.io_seconds:.2f} s"

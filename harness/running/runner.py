@@ -55,7 +55,8 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
 class RunSummary:
     rows: list = field(default_factory=list)        # rows written by this invocation
     previous: list = field(default_factory=list)    # rows kept from the resumed file, for the cases asked for
-    seconds: float = 0.0
+    seconds: float = 0.0                             # running the cases, backend by backend
+    started: float | None = None                     # perf_counter at the command's start, for the whole wall
     io_seconds: float = 0.0                          # writing rows to the results file
     workers: int = 0                                 # the most worker processes any backend ran in
     selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
