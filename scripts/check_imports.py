@@ -42,9 +42,8 @@ LAYERS = [
     + _in("building", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "sparse_keys_kernel",
           "sparse_write_kernel", "transfer")
     + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks", "ratio_hint")
-    + _in("running", "phases")
     + _in("recording", "status", "results", "results_read", "results_write", "reasons")
-    + ["harness.environment", "harness.errors", "harness.interrupts", "harness.cores"],
+    + ["harness.environment", "harness.errors", "harness.interrupts", "harness.cores", "harness.phases"],
     ["harness"],
     ["reference"],
 ]

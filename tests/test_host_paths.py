@@ -12,14 +12,14 @@ import io
 import pytest
 import torch
 
-from harness import cli
+from harness import cli, phases
 from harness.building.inputs import generate, host_copy, write_slots
 from harness.building.pool import allocate
 from harness.building.transfer import to_device
 from harness.commands import run_cmd
 from harness.planning.cases import Case
 from harness.recording.summary import memcheck_command, print_summary
-from harness.running import gpu_memory, phases, worker_pool
+from harness.running import gpu_memory, worker_pool
 from harness.running.runner import RunSummary
 from reference import mla_attention_batched
 

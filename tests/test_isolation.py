@@ -3,9 +3,9 @@
 import json
 import textwrap
 
+from harness import phases
 from harness.backends.torch_backend import TorchBackend
 from harness.cli import main
-from harness.running import phases
 
 SUITE = textwrap.dedent('''
     [suite]

@@ -16,9 +16,9 @@ import torch
 from .. import scenarios
 from ..errors import InputError
 from ..judging.tolerances import TOLERANCES
+from ..phases import PhaseClock, PhaseError
 from ..recording.outcome import Outcome, result_row
 from ..recording.status import Status
-from ..running.phases import PhaseClock, PhaseError
 from . import counting, crosscheck, launchers, timing
 from .sparse import bench_sparse
 

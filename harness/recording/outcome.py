@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from .. import environment
 from ..environment import mla_verify_version
 from ..judging import checks
+from ..phases import KERNEL, is_out_of_memory, last_frames
 from ..planning.fixed_params import as_run, fixed_by_kernel, fixed_scale, identity
-from ..running.phases import KERNEL, is_out_of_memory, last_frames
 from .results import case_hash
 from .status import Status
 

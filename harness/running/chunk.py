@@ -26,10 +26,10 @@ from .. import scenarios
 from ..building.inputs import cache_seqlens_for, draw_seq_lens
 from ..errors import InputError, RejectedOutput, Unsupported
 from ..interrupts import is_the_codes_own
+from ..phases import PhaseClock, PhaseError
 from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from . import resources
-from .phases import PhaseClock, PhaseError
 
 # Cases a chunk may hold: fewer chunks are fewer waits.  On the H200 (2026-12-04, docs/gpu-runs.md) the upstream
 # matrix ran at 363-367 cases/s with 32 and 385 with 64 in one call (4 workers); a later call's runs (360-385)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..phases import KERNEL
 from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from ..recording.results import ResultsWriter
@@ -22,7 +23,6 @@ from . import chunk, isolation, placement, resources
 from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
-from .phases import KERNEL
 from .worker_pool import WorkerPool
 
 

@@ -18,8 +18,8 @@ from ..judging.compare import Pair, check_batches, check_tensors, describe_failu
 from ..judging.conventions import at_fixed_parameters, kernel_view
 from ..judging.integrity import Witness, changed_flags
 from ..judging.tolerances import TOLERANCES, Tolerance
+from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
-from ..running.phases import KERNEL, KernelTime, phase, settle
 from ._evidence import out_samples
 
 

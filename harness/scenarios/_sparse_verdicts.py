@@ -20,8 +20,8 @@ from ..judging.compare import Pair, check_batches, describe_failure, expected_ls
 from ..judging.integrity import Witness, changed_flags
 from ..judging.sparse_oracle import finish_views, start_views, weighted_value_magnitudes
 from ..judging.tolerances import TOLERANCES
+from ..phases import KernelTime, phase
 from ..recording.outcome import Outcome
-from ..running.phases import KernelTime, phase
 from ._common import lse_base_e
 
 OTHER_VIEW = {"exact": None, "bf16_product": "exact"}

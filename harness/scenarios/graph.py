@@ -44,8 +44,8 @@ from ..judging.checks import (
 from ..judging.compare import check_tensor, describe, describe_failure
 from ..judging.conventions import kernel_view
 from ..judging.tolerances import TOLERANCES
+from ..phases import phase
 from ..recording.outcome import Outcome
-from ..running.phases import phase
 from ._common import compare_with, launch
 from ._evidence import bitwise_equal, first_difference
 

@@ -17,8 +17,8 @@ import torch
 from ..backends.base import no_sparse_reason
 from ..building.sparse_inputs import SparseCase, build, output_buffer, validate_indices
 from ..judging.integrity import Witness
+from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
-from ..running.phases import KERNEL, KernelTime, phase, settle
 from ._common import call_surviving_exit, reject_malformed
 from ._sparse_verdicts import OTHER_VIEW, SparseAnswer, verdicts  # noqa: F401  (the scenario's judging)
 

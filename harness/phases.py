@@ -24,8 +24,8 @@ import time
 import traceback
 from contextlib import contextmanager
 
-from ..errors import InputError, Unsupported
-from ..interrupts import is_the_codes_own
+from .errors import InputError, Unsupported
+from .interrupts import is_the_codes_own
 
 KERNEL = "kernel"
 
