@@ -17,9 +17,9 @@ import time
 
 from . import commands
 from .cores import passive_openmp
-from .errors import EXIT_BAD_INPUT, InputError
+from .errors import InputError
 from .interrupts import watch_sigint
-from .recording.status import EXIT_INTERRUPTED
+from .recording.status import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 
 def _command_names() -> list[str]:

@@ -22,11 +22,3 @@ class RejectedOutput(Exception):
     def __init__(self, check: str, message: str):
         super().__init__(message)
         self.check = check
-
-
-from .recording.status import (  # noqa: E402, F401  (defined once)
-    EXIT_BAD_INPUT,
-    EXIT_FAILURES,
-    EXIT_NOTHING_VERIFIED,
-    EXIT_OK,
-)

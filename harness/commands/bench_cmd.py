@@ -4,9 +4,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EXIT_FAILURES, InputError
+from ..errors import InputError
 from ..recording.results import ResultsWriter
-from ..recording.status import Verdict, verdict_of
+from ..recording.status import EXIT_FAILURES, Verdict, verdict_of
 from .run_cmd import device_asked, load_suites
 
 GPU_ITERS, CPU_ITERS = (50, 5), (5, 1)     # (timed iterations, warm-up) by device

@@ -4,9 +4,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAILURES, InputError
+from ..errors import InputError
 from ..recording.results import check_output_path
-from ..recording.status import Status
+from ..recording.status import EXIT_BAD_INPUT, EXIT_FAILURES, Status
 from ..report import MAX_DRILLDOWNS, write_report
 from ..report.baseline import FACTOR, FLOOR
 

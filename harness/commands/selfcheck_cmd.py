@@ -6,11 +6,11 @@ wait for ``main``.
 
 import sys
 
-from ..errors import EXIT_FAILURES, EXIT_OK, InputError
+from ..errors import InputError
 from ..judging import checks
 from ..recording import junit
 from ..recording.results import ResultsWriter
-from ..recording.status import Status, gates
+from ..recording.status import EXIT_FAILURES, EXIT_OK, Status, gates
 from .run_cmd import check_writable, device_asked, load_suites
 
 
