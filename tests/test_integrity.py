@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import run_cli, under_triton_interpreter
 
+from harness.building import guards
 from harness.building.inputs import generate, output_buffer
 from harness.judging import block_hash, integrity
 from harness.planning.cases import Case
@@ -133,8 +134,8 @@ def test_the_guarded_pool_is_an_aligned_poisoned_view():
     inputs = small_inputs()
     for t in (inputs.kv_pool, inputs.out):
         assert t.is_contiguous() and (t.storage_offset() * t.element_size()) % 512 == 0
-        guards = torch.as_strided(t, (integrity.GUARD_BYTES // t.element_size(),), (1,), 0)
-        assert bool(guards.float().isnan().all())
+        around = torch.as_strided(t, (guards.GUARD_BYTES // t.element_size(),), (1,), 0)
+        assert bool(around.float().isnan().all())
 
 
 # ---- through the CLI: plug-ins that compute the right answer, then write where they must not -------------

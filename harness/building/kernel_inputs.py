@@ -9,7 +9,7 @@ import torch
 
 from reference import KeySets, as_bits, keysets
 
-from ..judging.integrity import guarded
+from .guards import guarded
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -132,7 +132,7 @@ def key_counts(inputs: Inputs) -> list[int]:
 
 
 def poisoned(shape, dtype, device) -> torch.Tensor:
-    """A NaN-filled tensor inside NaN guard regions (``integrity.guarded``), filled in place through its
+    """A NaN-filled tensor inside NaN guard regions (``guards.guarded``), filled in place through its
     bits: no float32 copy of a pool of many GiB."""
     return guarded(shape, dtype, device, _nan_bits(dtype))
 

@@ -9,8 +9,8 @@ included), and after the call fingerprints it again.  The oracle's answer is use
 fingerprints match (``scenarios._common.verdicts``).
 
 Guard regions: the KV pools and the output buffer the harness hands a kernel (``Inputs.out``) are views
-inside a larger allocation (``guarded``), with ``GUARD_BYTES`` of poison on each side, so a write just
-before or past the end of either lands in memory the witness watches.
+inside a larger allocation (``guards.guarded``), with ``GUARD_BYTES`` of poison on each side, so a write
+just before or past the end of either lands in memory the witness watches.
 
 A fingerprint is a copy of a small storage, or, of a large one, one 64-bit weighted sum per
 ``HASH_ROW_BYTES`` block (3% of its size; a change of one word always changes its block's sum, since
@@ -19,37 +19,23 @@ the device without waiting for it; the one read to the host is the "changed" fla
 comparison has waited for the device anyway.
 """
 
-import math
 from dataclasses import dataclass, fields
 
 import torch
 
-from reference import as_bits
-
+from ..building.guards import HASH_ROW_BYTES
 from . import block_hash
 from .block_hash import block_sums
 
-GUARD_BYTES = 4096                  # each side; a multiple of every element size and of 512 (alignment)
 COPY_MAX_BYTES = 1 << 20            # a storage up to this size is fingerprinted by a copy (exact index)
-HASH_ROW_BYTES = 256                # larger ones: one weighted sum per block of this many bytes
 _WORDS = HASH_ROW_BYTES // 8
-GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guarded``
+GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guards.guarded``
 
 
 def witness_bytes(pool_bytes: int, q_bytes: int) -> int:
     """What a ``Witness`` holds for a call, for the size estimate: two fingerprints (before and after),
     each 8 bytes per ``HASH_ROW_BYTES`` of the pools and a copy of q."""
     return 2 * (pool_bytes // HASH_ROW_BYTES * 8 + q_bytes)
-
-
-def guarded(shape, dtype, device, fill_bits: int) -> torch.Tensor:
-    """A contiguous ``shape`` view inside an allocation with ``GUARD_BYTES`` on each side, every byte of
-    it (guards included) set to the integer bit pattern ``fill_bits`` of ``dtype``."""
-    n = math.prod(shape)
-    guard = GUARD_BYTES // torch.empty(0, dtype=dtype).element_size()
-    base = torch.empty(n + 2 * guard, dtype=dtype, device=device)
-    as_bits(base).fill_(fill_bits)
-    return base[guard:guard + n].view(shape)
 
 
 def _bytes_of(storage: torch.UntypedStorage, device) -> torch.Tensor:
