@@ -81,7 +81,7 @@ class SelfcheckResult:
 def kills_of(spec: str, backend, cases, device, writer, progress) -> BackendKills:
     summary = run_cases(cases, backend, spec, device, writer, progress=progress)
     kills = Counter(c for r in summary.rows for c in killing_checks(r))
-    return BackendKills(spec, summary, getattr(backend, "bug", ""), getattr(backend, "caught_by", ()), kills)
+    return BackendKills(spec, summary, backend.bug, backend.caught_by, kills)
 
 
 def run_selfcheck(cases, mutant_names, device, writer, progress=False, on_done=None) -> SelfcheckResult:

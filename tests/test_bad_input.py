@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.backends.base import Backend
 from harness.building.inputs import generate
 from harness.building.pool import validate_block_table
 from harness.cli import main
@@ -453,7 +454,7 @@ def test_validate_block_table_refuses(how):
         validate_block_table(bad.block_table, bad.cache_seqlens, bad.kv_pool.shape[0], bad.kv_pool.shape[1])
 
 
-class Recorder:
+class Recorder(Backend):
     """Stands in for a kernel: counts launches."""
 
     name = "recorder"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from harness.backends.base import no_sparse_reason
+from harness.backends.base import Feature, no_sparse_reason
 from harness.backends.flaggems_mla import SIGNATURE, SOURCE, FlagGemsMLABackend
 from harness.backends.sparse_prefill import FlagGemsSparseBackend
 from harness.planning.cases import load_suite
@@ -25,9 +25,9 @@ def reason_of(case) -> str | None:
     the scenario's own (graph: ``graph_session``; sparse: ``run_sparse``), as the runner and scenarios do."""
     backend = FlagGemsMLABackend()
     if case.scenario == "sparse":
-        return None if hasattr(backend, "run_sparse") else no_sparse_reason(backend)
+        return None if backend.supports(Feature.SPARSE) else no_sparse_reason(backend)
     reason = backend.capabilities.reason_unsupported(case, "cuda")
-    if reason is None and case.scenario == "graph" and not hasattr(backend, "graph_session"):
+    if reason is None and case.scenario == "graph" and not backend.supports(Feature.GRAPH):
         return "no graph_session"
     return reason
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness.backends.base import no_sparse_reason
+from harness.backends.base import Feature, no_sparse_reason
 from harness.backends.flaggems_graph import SEQ_LEN_FILL, FlagGemsGraphSession
 from harness.backends.flaggems_mla import FlagGemsMLABackend
 from harness.backends.flashmla import FlashMLABackend
@@ -176,8 +176,8 @@ def test_graph_steps_catch_seq_lens_written_one_short(monkeypatch):
 
 def test_the_graph_scenario_takes_flaggems_and_names_it_among_the_graph_backends():
     from harness.scenarios import graph
-    assert hasattr(FlagGemsMLABackend, "graph_session") and not hasattr(FlagGemsMLABackend, "no_graph_session")
-    assert "flaggems" in graph.GRAPH_BACKENDS
+    assert Feature.GRAPH in FlagGemsMLABackend.features and FlagGemsMLABackend.no_graph_session is None
+    assert "flaggems" in graph.graph_backends()
 
 
 def test_the_sparse_reason_names_the_backend_that_runs_the_sparse_sibling():
@@ -192,7 +192,7 @@ def test_the_named_sparse_backends_exist_and_have_run_sparse():
     from harness.backends import BUILTIN
     for backend in (FlagGemsMLABackend, FlashMLABackend):
         sibling = BUILTIN[backend.sparse_backend]()
-        assert hasattr(sibling, "run_sparse"), backend.sparse_backend
+        assert sibling.supports(Feature.SPARSE), backend.sparse_backend
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton's CPU interpreter, read when the kernels are defined
 
+from harness.backends import builtins_supporting
+from harness.backends.base import Feature
 from harness.backends.csr_graph import (
     SEQ_LEN_FILL,
+    TokenGraphSession,
     check_token_stream,
     draft_slots,
     padded_lengths,
@@ -329,7 +332,7 @@ def _gpu_backend(name):
     return BUILTIN[name]()
 
 
-@pytest.mark.parametrize("name", ["flashinfer-fa3", "flashinfer-fa2", "sglang-triton"])
+@pytest.mark.parametrize("name", builtins_supporting(Feature.GRAPH))
 def test_graph_suite_runs_on_the_gpu(name):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (CUDA-graph capture); none here")
@@ -343,7 +346,10 @@ def test_graph_suite_runs_on_the_gpu(name):
     ran = [r for r in rows if r["status"] in ("pass", "fail")]
     assert len(ran) == len(rows), [(r["case_id"], r["status"], r.get("reason")) for r in rows if r not in ran]
     assert all(r["metrics"]["graph"]["steps"] >= 20 for r in ran)
-    assert all(r["metrics"]["graph"]["index"] == "token stream" for r in ran)
+    stream_sessions = {cls.__name__ for cls in TokenGraphSession.__subclasses__()}
+    for r in ran:
+        graph = r["metrics"]["graph"]
+        assert graph["index"] == ("token stream" if graph["session"] in stream_sessions else "block table"), graph
 
 
 # ---- the graph scenario's token-stream path, with an eager stand-in for the CUDA graph (CPU) ----------

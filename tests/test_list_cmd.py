@@ -9,9 +9,8 @@ import pytest
 import torch
 from helpers import run_cli
 
-from harness.backends import BUILTIN
+from harness.backends import BUILTIN, Feature, builtin_class
 from harness.commands.capability_words import DENSE, OTHER, SPARSE, in_words
-from harness.commands.kernel_packages import PACKAGING
 from harness.planning.cases import load_suite
 from harness.running.backend_loader import load_backend
 from harness.running.runner import default_device, precheck
@@ -67,8 +66,10 @@ def test_the_default_form_is_words_not_json():
 
 # ---- packages: what imports, what to install ------------------------------------------------------------
 
-def test_every_builtin_backend_has_a_package_row():
-    assert set(PACKAGING) == set(BUILTIN)
+def test_every_builtin_backend_declares_its_package_and_install_command():
+    for name in BUILTIN:
+        declared = builtin_class(name)
+        assert declared.packages and declared.install, name
 
 
 @pytest.mark.parametrize("name", list(BUILTIN))
@@ -77,7 +78,7 @@ def test_a_backend_whose_package_does_not_import_names_its_install_command(name)
     (package,) = rows(out, "package")
     installs = rows(out, "install")
     if "does not import here" in package:
-        assert installs == [PACKAGING[name].install], out
+        assert installs == [builtin_class(name).install], out
         assert installs[0].startswith(("pip install", "make ")), installs
     else:
         assert "imports" in package and not installs, out
@@ -91,7 +92,7 @@ def test_every_builtin_names_its_install_command_when_nothing_imports(monkeypatc
         out = listed("--backend", name)
         (package,) = rows(out, "package")
         assert "does not import here" in package and "blocked" in package, (name, package)
-        assert rows(out, "install") == [PACKAGING[name].install], name
+        assert rows(out, "install") == [builtin_class(name).install], name
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flash_mla") is not None
@@ -116,11 +117,12 @@ def test_with_a_gpu_but_no_package_the_device_row_says_it_could_run(monkeypatch)
     assert rows(out, "devices") == ["cuda only; runs here on cuda (CUDA device Pretend GPU)"]
 
 
-def test_a_kernel_backends_table_row_names_a_module_it_imports():
-    for name, packaging in PACKAGING.items():
-        modules = getattr(load_backend(name), "modules", None)    # LazyKernel backends list theirs
+def test_a_kernel_backends_declared_package_names_a_module_it_imports():
+    for name in BUILTIN:
+        declared = builtin_class(name)
+        modules = getattr(declared, "modules", None)    # LazyKernel backends list theirs
         if modules:
-            assert any(module in modules for module, _ in packaging.imports), name
+            assert any(module in modules for module, _ in declared.packages), name
 
 
 # ---- capabilities in words -------------------------------------------------------------------------------
@@ -141,9 +143,8 @@ def test_every_key_builtin_backends_declare_has_words():
     for name in BUILTIN:
         backend = load_backend(name)
         assert OTHER not in in_words(backend.capabilities.describe(), DENSE), name
-        sparse = getattr(backend, "sparse_capabilities", None)
-        if sparse is not None:
-            assert OTHER not in in_words(sparse.describe(), SPARSE), name
+        if backend.supports(Feature.SPARSE):
+            assert OTHER not in in_words(backend.sparse_capabilities.describe(), SPARSE), name
 
 
 def test_an_unknown_key_is_shown_as_key_and_value(tmp_path):

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from harness.backends import TorchBackend
+from harness.backends import KERNELS, Feature, TorchBackend, builtin_class
 from harness.backends.flashmla_sparse import FlashMLASparseBackend
 from harness.backends.reference_backend import ReferenceBackend
 from harness.building.inputs import draw_seq_lens
@@ -156,13 +156,12 @@ def test_bad_sparse_fields_are_one_line(fields, words):
 
 # ---- on the H200 (skipped here) -------------------------------------------------------------------
 
-SPARSE_KERNELS = ("flashmla-sparse", "flashmla-sparse-prefill", "flaggems-sparse")
+SPARSE_KERNELS = [name for name in KERNELS if Feature.SPARSE in builtin_class(name).features]
 
 
 def _kernel_or_skip(name):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (none here)")
-    from harness.backends import KERNELS
     backend = KERNELS[name]()
     if not backend.available():
         pytest.skip(f"{name}: {backend.availability()}")

@@ -5,63 +5,42 @@ Loading a backend from a ``--backend`` spec (plug-ins, mutants) is
 backends here.
 """
 
+import importlib
+from dataclasses import dataclass
+
 from ..errors import InputError
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
 from .reference_backend import ReferenceBackend
 from .torch_backend import TorchBackend
 
 
-def _flashmla():
-    from .flashmla import FlashMLABackend
-    return FlashMLABackend()
+@dataclass(frozen=True)
+class Lazy:
+    """A built-in backend whose module is imported on first use: ``Lazy(...)()`` is a fresh instance."""
 
+    module: str          # under harness/backends/
+    cls: str
+    args: tuple = ()     # what the constructor takes, e.g. FlashInfer's backend kind
 
-def _flashmla_sparse():
-    from .flashmla_sparse import FlashMLASparseBackend
-    return FlashMLASparseBackend()
+    def backend_class(self) -> type:
+        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.cls)
 
-
-def _sparse_prefill(kind):
-    def make():
-        from .sparse_prefill import FlagGemsSparseBackend, FlashMLASparsePrefillBackend
-        return {"flashmla": FlashMLASparsePrefillBackend, "flaggems": FlagGemsSparseBackend}[kind]()
-    return make
-
-
-def _flashinfer(kind):
-    def make():
-        from .flashinfer_mla import FlashInferMLABackend
-        return FlashInferMLABackend(kind)
-    return make
-
-
-def _sglang_triton():
-    from .sglang_triton import SGLangTritonBackend
-    return SGLangTritonBackend()
-
-
-def _sglang_verify_mla():
-    from .sglang_verify_mla import SGLangVerifyMLABackend
-    return SGLangVerifyMLABackend()
-
-
-def _flaggems():
-    from .flaggems_mla import FlagGemsMLABackend
-    return FlagGemsMLABackend()
+    def __call__(self) -> Backend:
+        return self.backend_class()(*self.args)
 
 
 # The real kernels, each imported from its own package on first use (harness/backends/optional.py),
 # never here.  ``auto`` runs every one that imports.
 KERNELS = {
-    "flashmla": _flashmla,
-    "flashmla-sparse": _flashmla_sparse,
-    "flashmla-sparse-prefill": _sparse_prefill("flashmla"),
-    "flaggems-sparse": _sparse_prefill("flaggems"),
-    "flashinfer-fa3": _flashinfer("fa3"),
-    "flashinfer-fa2": _flashinfer("fa2"),
-    "sglang-triton": _sglang_triton,
-    "sglang-verify-mla": _sglang_verify_mla,
-    "flaggems": _flaggems,
+    "flashmla": Lazy("flashmla", "FlashMLABackend"),
+    "flashmla-sparse": Lazy("flashmla_sparse", "FlashMLASparseBackend"),
+    "flashmla-sparse-prefill": Lazy("sparse_prefill", "FlashMLASparsePrefillBackend"),
+    "flaggems-sparse": Lazy("sparse_prefill", "FlagGemsSparseBackend"),
+    "flashinfer-fa3": Lazy("flashinfer_mla", "FlashInferMLABackend", ("fa3",)),
+    "flashinfer-fa2": Lazy("flashinfer_mla", "FlashInferMLABackend", ("fa2",)),
+    "sglang-triton": Lazy("sglang_triton", "SGLangTritonBackend"),
+    "sglang-verify-mla": Lazy("sglang_verify_mla", "SGLangVerifyMLABackend"),
+    "flaggems": Lazy("flaggems_mla", "FlagGemsMLABackend"),
 }
 
 BUILTIN = {
@@ -69,6 +48,17 @@ BUILTIN = {
     "torch": TorchBackend,
     **KERNELS,
 }
+
+
+def builtin_class(name: str) -> type:
+    """Built-in backend ``name``'s class, its declarations readable without constructing it."""
+    entry = BUILTIN[name]
+    return entry.backend_class() if isinstance(entry, Lazy) else entry
+
+
+def builtins_supporting(feature: Feature) -> list[str]:
+    """The built-in backends whose class declares ``feature``, in registry order."""
+    return [name for name in BUILTIN if feature in builtin_class(name).features]
 
 
 def builtin_names() -> list[str]:
@@ -121,5 +111,5 @@ def expand_specs(spec: str, device: str) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(specs)), notes
 
 
-__all__ = ["Backend", "Capabilities", "BUILTIN", "KERNELS", "builtin_names", "expand_specs", "kernel_availability",
-           "resolve_auto"]
+__all__ = ["Backend", "Capabilities", "Feature", "BUILTIN", "KERNELS", "builtin_class", "builtin_names",
+           "builtins_supporting", "expand_specs", "kernel_availability", "resolve_auto"]

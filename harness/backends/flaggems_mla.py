@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
 from .optional import LazyKernel, dist_version
 
 SIGNATURE = ("flash_mla(q, block_table, blocked_k, max_seqlen_pad, block_size, b, s_q, cache_seqlens, "
@@ -36,6 +36,7 @@ SOURCE = {
     "causal": 'assert causal, "causal False not supported"',
     "one_kv_head": "blocked_k = blocked_k.view([-1, d]).contiguous()",
 }
+INSTALL = "pip install --no-deps flag-gems==5.0.2"
 ONE_ROW = (f"`{SOURCE['grid']}` after `{SOURCE['shape']}`: one program per request reads one query row")
 
 
@@ -56,6 +57,9 @@ class FlagGemsMLABackend(LazyKernel, Backend):
         ),
     )
     sparse_backend = "flaggems-sparse"     # flash_mla_sparse_fwd, sparse_prefill.py
+    features = frozenset({Feature.DENSE, Feature.GRAPH})
+    packages = (("flag_gems.fused", "flag-gems"),)
+    install = INSTALL
 
     def unsupported_reason(self, case, device):
         if device != "cuda" or not torch.cuda.is_available():

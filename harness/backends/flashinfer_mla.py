@@ -32,11 +32,12 @@ import torch
 
 from reference import descale_scalar
 
-from .base import Backend, Capabilities, Unsupported
+from .base import Backend, Capabilities, Feature, Unsupported
 from .optional import LazyKernel, dist_version
 
 WORKSPACE_BYTES = 128 << 20          # FlashInfer's documented usual starting point
 DEFAULT_CACHE = Path.home() / ".cache" / "mla-verify" / "flashinfer"
+INSTALL = "pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.11"
 
 
 def set_jit_cache():
@@ -47,6 +48,9 @@ def set_jit_cache():
 
 class FlashInferMLABackend(LazyKernel, Backend):
     modules = ("flashinfer",)
+    features = frozenset({Feature.DENSE, Feature.PREPARE, Feature.GRAPH})
+    packages = (("flashinfer", "flashinfer-python"),)
+    install = INSTALL
     capabilities = Capabilities(
         modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"), devices=("cuda",),
         kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8, non_causal=True,

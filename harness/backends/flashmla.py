@@ -24,11 +24,12 @@ import importlib
 import torch
 
 from ..building.inputs import host_copy
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
 from .flashmla_profiles import DEFAULT, GrownScratch, profile_named
 from .optional import dist_version
 
 PAGE_SIZE = 64
+INSTALL = "pip install --no-deps sgl-flash-mla==1.0.0  (a CUDA box: scripts/install_kernels.sh)"
 
 
 def fp8_kwargs(descale_q, descale_k) -> dict:
@@ -94,14 +95,17 @@ class SchedMetaAPI:
             use_legacy=True, **kwargs)
 
 
+APIS = (TensorMetadataAPI, SchedMetaAPI)       # sgl_kernel.flash_mla first, the seed's import
+
+
 def find_api():
     """The first FlashMLA package that imports, and why each one did not."""
     errors = []
-    for module_name, api in (("sgl_kernel.flash_mla", TensorMetadataAPI), ("flash_mla", SchedMetaAPI)):
+    for api in APIS:
         try:
-            return api(importlib.import_module(module_name)), errors
+            return api(importlib.import_module(api.package)), errors
         except Exception as e:   # a wheel built for another torch fails with OSError/ImportError
-            errors.append(f"{module_name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            errors.append(f"{api.package}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return None, errors
 
 
@@ -116,6 +120,9 @@ class FlashMLABackend(Backend):
         index_format="page_table", fp8_q="quantized_k_scale", engine="sglang FlashMLABackend (flashmla_backend.py)",
     )
     sparse_backend = "flashmla-sparse"     # its sparse decode path, flashmla_sparse.py
+    features = frozenset({Feature.DENSE, Feature.GRAPH, Feature.PROFILES, Feature.SPLIT_CALL})
+    packages = tuple((api.package, api.dist) for api in APIS)
+    install = INSTALL
 
     def __init__(self, profile: str = DEFAULT):
         self.api, self.import_errors = find_api()

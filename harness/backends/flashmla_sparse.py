@@ -19,7 +19,8 @@ import importlib
 
 import torch
 
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
+from .flashmla import INSTALL
 from .optional import dist_version
 from .sparse_base import SparseCapabilities
 
@@ -45,6 +46,9 @@ class FlashMLASparseBackend(Backend):
         # "On SM90, topk must be a multiple of 64" (../shared/notes/sparse-mla.md, from the wheel's source)
         topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
         engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)")
+    features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
+    packages = (("flash_mla", "sgl-flash-mla"),)
+    install = INSTALL
 
     def __init__(self):
         self.m, self.import_error = _import_flash_mla()
@@ -74,9 +78,6 @@ class FlashMLASparseBackend(Backend):
     def info(self):
         return {"package": "flash_mla" if self.m else None, "version": dist_version("sgl-flash-mla"),
                 "api": "flash_mla_with_kvcache(indices=..., use_legacy=True)"}
-
-    def run(self, inputs):
-        raise NotImplementedError("flashmla-sparse has only a sparse entry point (run_sparse)")
 
     def run_sparse(self, inputs):
         n, s_q, heads, d = inputs.q.shape

@@ -31,7 +31,7 @@ import os
 
 import torch
 
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
 from .optional import LazyKernel, dist_version
 from .sglang_calls import (
     draft_latents,
@@ -42,6 +42,8 @@ from .sglang_calls import (
     token_slots,
     token_view,
 )
+
+INSTALL = "make triton-cpu  (triton 3.7.1, sglang 0.5.23 --no-deps and the few wheels its kernels import)"
 
 
 class TritonKernels(LazyKernel):
@@ -104,6 +106,10 @@ class SGLangTritonBackend(TritonKernels, Backend):
         lse_base="e", empty_row_lse=-math.inf, has_lse=True,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton",
     )
+
+    features = frozenset({Feature.DENSE, Feature.GRAPH})
+    packages = (("sglang.kernels.ops.attention.decode_attention", "sglang"),)
+    install = INSTALL
 
     device_cores = None    # None: as SGLang sees the device; a number exercises the GPU split policy anywhere
 

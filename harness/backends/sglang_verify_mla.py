@@ -9,8 +9,8 @@ returns False when it declines a shape, in which case SGLang falls back to
 
 import math
 
-from .base import Backend, Capabilities, Unsupported
-from .sglang_triton import TritonKernels, extend_call_args
+from .base import Backend, Capabilities, Feature, Unsupported
+from .sglang_triton import INSTALL, TritonKernels, extend_call_args
 
 
 class SGLangVerifyMLABackend(TritonKernels, Backend):
@@ -25,6 +25,10 @@ class SGLangVerifyMLABackend(TritonKernels, Backend):
         lse_base="e", empty_row_lse=-math.inf, has_lse=False,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton-verify-mla",
     )
+
+    features = frozenset({Feature.DENSE})
+    packages = (("sglang.kernels.ops.attention.verify_mla", "sglang"),)
+    install = INSTALL
 
     # the graph scenario quotes this: SGLang routes this kernel only on one AMD GPU (see above)
     no_graph_session = ("no graph_session: mla-verify does not reproduce a CUDA-graph capture of "

@@ -18,7 +18,9 @@ dequantizes it (``bf16(e4m3 * bf16(scale))``, ``sparse_cache.dequantize``), so t
 import torch
 
 from ..building.sparse_cache import dequantize, read_records
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, Feature
+from .flaggems_mla import INSTALL as FLAG_GEMS_INSTALL
+from .flashmla import INSTALL as FLASH_MLA_INSTALL
 from .optional import LazyKernel, dist_version
 from .sparse_base import SparseCapabilities
 
@@ -52,9 +54,6 @@ class SparsePrefillForm(LazyKernel, Backend):
             return f"{self.modules[0]} does not import here: {self.import_error()}"
         return None
 
-    def run(self, inputs):
-        raise NotImplementedError(f"{self.name} has only a sparse entry point (run_sparse)")
-
     def run_sparse(self, inputs):
         n, s_q, heads, d = inputs.q.shape
         padded = self.sparse_capabilities.padded_heads(heads)
@@ -72,6 +71,9 @@ class SparsePrefillForm(LazyKernel, Backend):
 class FlashMLASparsePrefillBackend(SparsePrefillForm):
     name = "flashmla-sparse-prefill"
     modules = ("flash_mla",)
+    features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
+    packages = (("flash_mla", "sgl-flash-mla"),)
+    install = FLASH_MLA_INSTALL
     sparse_capabilities = SparseCapabilities(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
         # FlashMLA 9241ae3 csrc/sm90/prefill/sparse/phase1.cuh: "KU_ASSERT(params.topk % (2*B_TOPK) == 0)",
@@ -91,6 +93,9 @@ class FlashMLASparsePrefillBackend(SparsePrefillForm):
 class FlagGemsSparseBackend(SparsePrefillForm):
     name = "flaggems-sparse"
     modules = ("flag_gems.fused",)
+    features = frozenset({Feature.SPARSE})
+    packages = (("flag_gems.fused", "flag-gems"),)
+    install = FLAG_GEMS_INSTALL
     sparse_capabilities = SparseCapabilities(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
         sink=True, lse_base="e", empty_row_lse=float("inf"),

@@ -14,12 +14,15 @@ import torch
 from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
 from ..building.pool import pages_for
-from .base import Backend
+from .base import Backend, Feature
 from .torch_sparse import TorchSparse
 
 
 class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the sparse scenario's path
     name = "torch"
+    features = frozenset({Feature.DENSE, Feature.SPARSE})
+    packages = (("torch", "torch"),)
+    install = "make setup"
     pages_per_split = 8
     # the keys a split holds at DeepSeek's 64-token pages: the size estimate counts every case at this,
     # whatever its page size, as it always has (chunk plans rest on it)

@@ -1,19 +1,19 @@
-"""What is timed for a backend, through the ``Backend`` interface and a few optional hooks.
+"""What is timed for a backend, through the ``Backend`` interface and the features it declares (``Feature``).
 
 Kernel time wants the kernel alone, metadata already computed (as FlashMLA's own
 benchmark does).  ``kernel_launch`` finds the narrowest call a backend offers:
 
 1. ``backend.bench_launch(inputs)`` -> a zero-argument callable that launches with
-   metadata / ``plan()`` done up front (any backend may add it);
-2. FlashMLA's ``metadata_for(inputs)`` + ``call(inputs, meta)``;
+   metadata / ``plan()`` done up front (any backend may add it: ``Feature.BENCH_LAUNCH``);
+2. FlashMLA's ``metadata_for(inputs)`` + ``call(inputs, meta)`` (``Feature.SPLIT_CALL``);
 3. else the whole ``backend.run(inputs)``, and the row says so.
 
 End-to-end time is one step as an engine pays it: metadata or ``plan()`` plus the
 launch.  ``e2e_step`` picks how:
 
-1. a backend with ``graph_session`` (FlashMLA): SGLang's path, captured once at the
+1. a backend with ``graph_session`` (FlashMLA, ``Feature.GRAPH``): SGLang's path, captured once at the
    case's batch; a step copies fresh metadata into the captured buffers and replays;
-2. a backend declaring ``cuda_graph = True`` (on itself or its capabilities):
+2. a backend declaring ``cuda_graph = True`` (on itself or its capabilities, ``Feature.CAPTURED_RUN``):
    ``backend.run(inputs)`` captured whole in a ``torch.cuda.CUDAGraph``; a step replays it;
 3. else eager: a step is ``backend.run(inputs)``.
 
@@ -22,6 +22,7 @@ A graph's output is compared with the verified eager output before it is timed.
 
 import torch
 
+from ..backends.base import Feature
 from ..backends.graph_capture import captured
 from ..building.pool import pages_for
 from ..judging.compare import check_tensor
@@ -29,16 +30,16 @@ from ..judging.compare import check_tensor
 
 def kernel_launch(backend, inputs):
     """``(callable, scope)``: what kernel time measures, and a phrase saying what it covers."""
-    if hasattr(backend, "bench_launch"):
+    if backend.supports(Feature.BENCH_LAUNCH):
         return backend.bench_launch(inputs), "launch only (backend.bench_launch: metadata/plan outside)"
-    if hasattr(backend, "metadata_for") and hasattr(backend, "call"):
+    if backend.supports(Feature.SPLIT_CALL):
         meta = backend.metadata_for(inputs)
         return (lambda: backend.call(inputs, meta)), "launch only (metadata computed outside)"
     return (lambda: backend.run(inputs)), "whole run() (metadata/plan included)"
 
 
 def declares_graph(backend) -> bool:
-    return bool(getattr(backend, "cuda_graph", False) or getattr(backend.capabilities, "cuda_graph", False))
+    return backend.supports(Feature.CAPTURED_RUN)
 
 
 def _graph_session_step(backend, inputs):
@@ -69,7 +70,7 @@ def e2e_step(backend, inputs, eager_out, out_bound):
     ``out_bound`` is the case dtype's bound on out: a graph's output must agree with the eager one.
     """
     if inputs.device.type == "cuda":
-        maker = (_graph_session_step if hasattr(backend, "graph_session")
+        maker = (_graph_session_step if backend.supports(Feature.GRAPH)
                  else _captured_run_step if declares_graph(backend) else None)
         if maker is not None:
             try:

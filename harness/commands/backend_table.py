@@ -50,10 +50,10 @@ def capability_rows(described: dict, words: dict, prefix: str, here) -> list[str
     return lines
 
 
-def package_rows(backend, table_name: str | None) -> list[str]:
-    state = package_state(table_name) if table_name else None
+def package_rows(backend, builtin: bool) -> list[str]:
+    state = package_state(backend) if builtin else None
     if state is None:      # a plug-in or a mutant: what it says of itself
-        info = backend.info() if callable(getattr(backend, "info", None)) else {}
+        info = backend.info()
         return row("package", f"{info.get('package')} {info.get('version') or ''} (as the backend says)".strip())
     lines = row("package", state.text)
     if not state.imports:
@@ -61,23 +61,20 @@ def package_rows(backend, table_name: str | None) -> list[str]:
     return lines
 
 
-def backend_block(title: str, backend, table_name: str | None, here) -> list[str]:
-    """The rows for one loaded backend; ``table_name``: its row in ``kernel_packages.PACKAGING``, if any."""
-    lines = [title, *package_rows(backend, table_name)]
+def backend_block(title: str, backend, builtin: bool, here) -> list[str]:
+    """The rows for one loaded backend; ``builtin``: one of ``backends.BUILTIN``, whose package and install
+    command its class declares (a plug-in's inherited declarations would name another's package)."""
+    from ..backends.base import Feature  # torch: not at import (list_cmd is light at import)
+    lines = [title, *package_rows(backend, builtin)]
     lines += capability_rows(backend.capabilities.describe(), DENSE, "", here)
-    sparse = getattr(backend, "sparse_capabilities", None)
-    if sparse is not None:        # a sparse entry point (run_sparse): docs/sparse.md
-        lines += capability_rows(sparse.describe(), SPARSE, "sparse ", here)
-    note = getattr(backend, "availability", None)
-    if callable(note):
-        lines += row("backend says", note())
+    if backend.supports(Feature.SPARSE):        # a sparse entry point (run_sparse): docs/sparse.md
+        lines += capability_rows(backend.sparse_capabilities.describe(), SPARSE, "sparse ", here)
+    note = backend.availability()
+    if note is not None:
+        lines += row("backend says", note)
     return lines
 
 
 def unloadable_block(name: str, error: Exception) -> list[str]:
-    """A built-in backend whose module raised on import, with the command that installs its package."""
-    lines = [name, *row("cannot load", f"{type(error).__name__}: {error}")]
-    state = package_state(name)
-    if state is not None and not state.imports:
-        lines += row("install", state.install)
-    return lines
+    """A built-in backend whose module raised on import: its class, and so its install command, is unread."""
+    return [name, *row("cannot load", f"{type(error).__name__}: {error}")]

@@ -64,8 +64,8 @@ def _block(spec: str, here, builtin) -> list[str]:
     except ImportError as e:      # a built-in backend's module itself failed to import
         return unloadable_block(spec, e)
     title = f"{spec} -> {backend.name}" if spec == "auto" else spec
-    table_name = backend.name if spec == "auto" else spec.partition("@")[0]
-    return backend_block(title, backend, table_name if table_name in builtin else None, here)
+    builtin_name = backend.name if spec == "auto" else spec.partition("@")[0]
+    return backend_block(title, backend, builtin_name in builtin, here)
 
 
 def _print_marked_cases(suite, spec: str) -> int:

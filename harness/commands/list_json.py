@@ -43,7 +43,7 @@ def case_inputs(c) -> str:
 
 
 def _print_backends(only: str | None):
-    from ..backends import BUILTIN
+    from ..backends import BUILTIN, Feature
     from ..running.backend_loader import load_backend
     print("backends:")
     for name in [only] if only else [*BUILTIN, "auto"]:
@@ -55,9 +55,8 @@ def _print_backends(only: str | None):
         label = f"{name} -> {backend.name}" if name == "auto" else name
         print(f"  {label:<18} {json.dumps(backend.info())}")
         print(f"  {'':<18} supports {json.dumps(backend.capabilities.describe())}")
-        sparse = getattr(backend, "sparse_capabilities", None)
-        if sparse is not None:       # a sparse entry point (run_sparse): docs/sparse.md
-            print(f"  {'':<18} sparse {json.dumps(sparse.describe())}")
-        note = getattr(backend, "availability", None)
-        if callable(note):
-            print(f"  {'':<18} {note()}")
+        if backend.supports(Feature.SPARSE):       # a sparse entry point (run_sparse): docs/sparse.md
+            print(f"  {'':<18} sparse {json.dumps(backend.sparse_capabilities.describe())}")
+        note = backend.availability()
+        if note is not None:
+            print(f"  {'':<18} {note}")

@@ -4,7 +4,9 @@ A spec is a built-in name (``mla-verify list``), ``NAME@PROFILE`` (a built-in ba
 an engine profile does, e.g. ``flashmla@sglang-0.5.23``), ``auto``, ``mutant:NAME`` (a
 deliberately broken torch backend, see ``harness/mutants``), ``module:NAME`` or
 ``path/to/file.py:NAME``.  NAME is a ``Backend`` instance, or a class or
-zero-argument factory that returns one.
+zero-argument factory that returns one: a plug-in is a ``Backend`` subclass, so it has every member of the
+interface (``base.Backend``'s defaults), and what it offers beyond ``run`` is what it defines
+(``Backend.__init_subclass__``); anything else is refused here.
 """
 
 import importlib
@@ -12,7 +14,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..backends import BUILTIN, Backend, builtin_names, resolve_auto
+from ..backends import BUILTIN, Backend, Feature, builtin_names, resolve_auto
 from ..errors import InputError
 from ..mutants import load_mutant
 
@@ -49,7 +51,7 @@ def _with_profile(spec: str) -> Backend:
     """``NAME@PROFILE``: the built-in backend, told to call its kernel as that engine profile does."""
     name, _, profile = spec.partition("@")
     backend = BUILTIN[name]()
-    if not hasattr(backend, "use_profile"):
+    if not backend.supports(Feature.PROFILES):
         raise InputError(f"backend '{spec}': {name} has no engine profiles")
     backend.use_profile(profile)        # an unknown profile is an InputError naming the known ones
     return backend

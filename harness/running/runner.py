@@ -39,7 +39,7 @@ def precheck(case: Case, backend, device: str, available: int | None = None, mea
         e.args = (f"unsupported_reason() raised {type(e).__name__}: {e}",)
         return Outcome.raised(KERNEL, e)
     reason = reason or resources.too_large_reason(case, device, available, measured=measured,
-                                                  capabilities=getattr(backend, "capabilities", None))
+                                                  capabilities=backend.capabilities)
     return None if reason is None else Outcome.unsupported(reason)
 
 
@@ -174,7 +174,7 @@ def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) ->
             rec.record(rec.row(case, refused))
         else:
             runnable.append(case)
-    cost = functools.partial(resources.chunk_bytes, capabilities=getattr(backend, "capabilities", None))
+    cost = functools.partial(resources.chunk_bytes, capabilities=backend.capabilities)
     for s in sets:
         s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
     budget = min(s.memory.budget for s in sets)

@@ -9,6 +9,7 @@ import torch
 
 from reference import descale_scalar
 
+from ..backends.base import Feature
 from ..building.inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
 from ..building.pool import validate_block_table, validate_token_slots
 from ..errors import RejectedOutput
@@ -52,7 +53,7 @@ def launch(backend, inputs: Inputs, waits: bool = True) -> KernelCall:
     witness = Witness(inputs)
     settle(inputs.device, waits)    # a fault of the harness's work so far surfaces here, before the kernel's phase
     with phase(KERNEL):
-        if hasattr(backend, "prepare"):       # one-time setup (a JIT build, a plan), kept out of kernel time
+        if backend.supports(Feature.PREPARE):     # one-time setup (a JIT build, a plan), kept out of kernel time
             backend.prepare(inputs)
         kernel_time = KernelTime(inputs.device)
         out, lse = call_surviving_exit(backend.run, inputs)

@@ -30,6 +30,8 @@ Checks, per step:
 
 import torch
 
+from ..backends import builtins_supporting
+from ..backends.base import Feature
 from ..backends.csr_graph import check_token_stream
 from ..building.inputs import KVStore, cache_seqlens_for, draw_normal, draw_seq_lens, model_dtype_of
 from ..building.pool import pages_for, validate_block_table
@@ -50,7 +52,6 @@ from ._common import compare_with, launch
 from ._evidence import bitwise_equal, first_difference
 
 GRAPH_STEPS = 24
-GRAPH_BACKENDS = "flashmla, flashinfer-fa3, flashinfer-fa2, sglang-triton and flaggems"
 
 
 def _real_batch_sizes(bucket: int, gen: torch.Generator) -> list[int]:
@@ -60,11 +61,17 @@ def _real_batch_sizes(bucket: int, gen: torch.Generator) -> list[int]:
     return sizes
 
 
+def graph_backends() -> str:
+    """The built-in backends with a ``graph_session``, as their classes declare (``Feature.GRAPH``)."""
+    *others, last = builtins_supporting(Feature.GRAPH)
+    return f"{', '.join(others)} and {last}" if others else last
+
+
 def no_graph_reason(backend) -> str:
     """What is missing, in the backend's own words when it gives them."""
-    own = getattr(backend, "no_graph_session", None)
+    own = backend.no_graph_session
     return f"{backend.name}: " + (own or "no graph_session: mla-verify reproduces an engine's CUDA-graph capture "
-                                  f"and replay only for {GRAPH_BACKENDS}")
+                                  f"and replay only for {graph_backends()}")
 
 
 def replay_checked(session, q_model, padded_seq, padded_prefix, padded_cache, pages, layout):
@@ -101,7 +108,7 @@ def run(case, backend, device):
 
 def refusal(case, backend, device) -> str | None:
     """Why the case is ``unsupported`` here, before anything is built (``list`` marks the case with it)."""
-    if not hasattr(backend, "graph_session"):
+    if not backend.supports(Feature.GRAPH):
         # the harness's limit, not the kernel's: say so rather than blame the kernel
         return no_graph_reason(backend)
     if torch.device(device).type != "cuda":

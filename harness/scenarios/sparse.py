@@ -14,7 +14,7 @@ import dataclasses
 
 import torch
 
-from ..backends.base import no_sparse_reason
+from ..backends.base import Feature, no_sparse_reason
 from ..building.sparse_inputs import SparseCase, build, output_buffer, validate_indices
 from ..judging.integrity import Witness
 from ..phases import KERNEL, KernelTime, phase, settle
@@ -44,7 +44,7 @@ def run(case, backend, device, waits: bool = True) -> Outcome:
 
 def refusal(case, backend, device) -> str | None:
     """Why the case is ``unsupported`` here (no sparse entry point, the backend's limits)."""
-    if not hasattr(backend, "run_sparse"):
+    if not backend.supports(Feature.SPARSE):
         return no_sparse_reason(backend)
     # too large for the machine: the runner's precheck, against memory measured before any worker ran
     # (resources.too_large_reason, with sparse_inputs.estimated_bytes)
