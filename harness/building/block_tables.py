@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .page_layout import host_ints, on_host, pages_for
+from ..planning.pages import pages_for
+from .page_layout import host_ints, on_host
 
 PADDING_VALUES = {"minus_one": -1, "one": 1, "zero": 0, "huge": 2**31 - 1}
 STALE = "stale"   # not a value: padding entries hold other requests' live pages (see build_block_table)

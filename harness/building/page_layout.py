@@ -1,4 +1,4 @@
-"""Where every request's tokens live (``PageLayout``), page arithmetic, and the host arrays the pool's
+"""Where every request's tokens live (``PageLayout``) and the host arrays the pool's
 integer work runs on (``pool``, ``block_tables``, ``pool_gates``): per-request integers as int64 numpy
 arrays, a device tensor read back in one copy."""
 
@@ -24,11 +24,6 @@ class PageLayout:
         """The same layout with its tensors on ``device``."""
         moved = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
         return PageLayout(**{**vars(self), **moved})
-
-
-def pages_for(n_tokens, page_size: int):
-    """Pages that hold ``n_tokens`` tokens (an int, or a tensor or array of counts)."""
-    return (n_tokens + page_size - 1) // page_size
 
 
 

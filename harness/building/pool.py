@@ -18,9 +18,10 @@ on the GPU.  Tensors go to their device once, at the end; a CUDA input is read
 back in one copy.  The random draws stay torch's (``torch.randperm`` on the
 caller's generator), so a seed gives the same layout as ever, on every device.
 
-Re-exported here, for the tests, scenarios and plug-ins that import them from ``pool``: ``pages_for``,
-``PageLayout``, the block-table names (``PADDING_VALUES``, ``STALE``, ``padding_fill``,
-``build_block_table``, ``fill_stale``) and the gates (``validate_*``).
+Re-exported here, for the tests, scenarios and plug-ins that import them from ``pool``: the page arithmetic
+(``pages_for``, ``boundary_pages``, from ``planning.pages``), ``PageLayout``, the block-table names
+(``PADDING_VALUES``, ``STALE``, ``padding_fill``, ``build_block_table``, ``fill_stale``) and the gates
+(``validate_*``).
 """
 
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..planning.pages import boundary_pages, pages_for  # noqa: F401  (re-exported: see the module doc)
 from .block_tables import (  # noqa: F401  (re-exported: see the module doc)
     PADDING_VALUES,
     STALE,
@@ -38,7 +40,7 @@ from .block_tables import (  # noqa: F401  (re-exported: see the module doc)
     pages_within,
     table_from_page_starts,
 )
-from .page_layout import PageLayout, first_true, host_ints, pages_for  # noqa: F401
+from .page_layout import PageLayout, first_true, host_ints  # noqa: F401
 from .pool_gates import validate_block_table, validate_req_to_token, validate_token_slots  # noqa: F401
 
 SPARE_ROWS = 2        # rows of req_to_token past the batch's, as a real pool has
@@ -58,23 +60,6 @@ def token_index(lengths: torch.Tensor, device=None, total: int | None = None):
     request = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths, output_size=total)
     starts = torch.cumsum(lengths, 0) - lengths
     return request, torch.arange(total, device=device) - starts[request]
-
-
-def boundary_pages(num_pages: int, page_elements: int) -> list[int]:
-    """Pages on either side of where index arithmetic wraps, highest first, that this pool has.
-
-    Page ids wrap at 2^16 and 2^17 in 16/17-bit fields; element offsets
-    ``page * page_elements`` wrap at 2^30 (int32 bytes of a 2-byte dtype), 2^31
-    (int32 elements) and 2^32 (uint32: FlashInfer #3130).  For DeepSeek's
-    64 x 576 pages the last two are pages 58,254/58,255 and 116,508/116,509.
-    """
-    pages = {num_pages - 1}
-    for first_past in (1 << 16, 1 << 17):
-        pages |= {first_past - 1, first_past}
-    for limit in (1 << 30, 1 << 31, 1 << 32):
-        straddling = limit // page_elements      # the page whose elements cross the limit
-        pages |= {straddling, straddling + 1}
-    return sorted((p for p in pages if 1 <= p < num_pages), reverse=True)
 
 
 

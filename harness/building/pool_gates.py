@@ -5,7 +5,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .page_layout import PageLayout, first_true, host_ints, on_host, pages_for
+from ..planning.pages import pages_for
+from .page_layout import PageLayout, first_true, host_ints, on_host
 
 
 def _token_slots(req_to_token: np.ndarray, pool_rows: np.ndarray, seq: np.ndarray, page_size: int,

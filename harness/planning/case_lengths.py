@@ -5,9 +5,9 @@ from functools import lru_cache
 
 import torch
 
-from ..building.pool import boundary_pages
 from . import seqlens
 from .case import Case
+from .pages import boundary_pages
 
 
 def draw_seq_lens(case: Case) -> list[int]:
