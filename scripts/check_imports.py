@@ -38,7 +38,7 @@ LAYERS = [
     + _in("judging", "compare", "weight_rounding", "oracle", "diagnostics", "conventions", "sparse_oracle")
     + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs")
     + _in("planning", "case_lengths") + _in("running", "resources") + _in("recording", "outcome"),
-    _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params", "pages")
+    _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params", "pages", "record_formats")
     + _in("building", "guards", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "sparse_keys_kernel",
           "sparse_write_kernel", "transfer")
     + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks", "ratio_hint")

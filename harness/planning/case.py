@@ -51,7 +51,7 @@ class Case:
     # sparse MLA (scenario "sparse", docs/sparse.md); left at their defaults they are no part of a
     # case's definition (``to_dict``), so dense cases keep their hashes
     topk: int = 0                      # index entries per query token (SGLang's index_topk)
-    kv_format: str = "v32"             # the cache record: harness/sparse_cache.FORMATS
+    kv_format: str = "v32"             # the cache record: record_formats.FORMATS
     kv_scales: str = "amax"            # the writer's scale policy: "amax" (SGLang) or "ue8m0" (FlashMLA's tests)
     sink: str = "none"                 # attn_sink per head: "none", "random", "inf" (random with +-inf heads)
     index_pattern: str = "random"      # which positions the top-k lists: INDEX_PATTERNS

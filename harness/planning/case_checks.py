@@ -2,7 +2,6 @@
 
 import math
 
-from ..building.sparse_cache import FORMATS
 from ..errors import InputError
 from . import seqlens
 from .case import (
@@ -18,6 +17,7 @@ from .case import (
     scenario_names,
 )
 from .pages import pages_for
+from .record_formats import FORMATS
 
 # Upper bounds that keep a typo from allocating the machine away (real models sit far below).
 LIMITS = {"batch_size": 4096, "heads": 1024, "kv_heads": 1024, "draft_tokens": 1 << 10, "page_size": 1024,
