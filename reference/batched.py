@@ -165,9 +165,10 @@ def _own_blocks(pi, p: Problem, requests: list, per_key: int, compute_dtype, max
     return blocks
 
 
-def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
-                       max_elements: int = MAX_BLOCK_ELEMENTS) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each problem's out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)``, in ``compute_dtype``."""
+def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64, max_elements: int = MAX_BLOCK_ELEMENTS,
+                       fill_keys=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each problem's out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)``, in ``compute_dtype``.
+    ``fill_keys``: a one-pass gathering of a block's keys, the same bits (``block_attention.run_block``)."""
     if len({p.q.device for p in problems}) > 1:
         raise ValueError("all problems must have q on one device")
     results = []
@@ -185,7 +186,7 @@ def mla_attention_many(problems: list[Problem], compute_dtype=torch.float64,
         lengths, limits = next(sent), next(sent)
         sent_runs = [(pi, start, end, next(sent), next(sent)) for pi, start, end, _, _ in runs]
         run_block(block, problems, results, sent_runs, lengths, limits, compute_dtype,
-                   shortest=int(host_lengths.min()), fewest_seen=int(host_limits.min()))
+                   shortest=int(host_lengths.min()), fewest_seen=int(host_limits.min()), fill_keys=fill_keys)
     return results
 
 

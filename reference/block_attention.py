@@ -6,6 +6,10 @@ keys gathered page by page (a dense key set) or slot by slot (``keysets``) into 
 ``(rows, h_kv, n, d)``, so both matmuls read them in place; keys past a request's length are
 zeroed (their scores are masked and their weight is exactly 0, so poisoned memory never leaks in);
 the softmax scale goes on q and the normalisation on the output.
+
+A caller may hand ``run_block`` a one-pass form of the key gathering, ``fill_keys`` (the harness hands its
+Triton pass, ``widen_kernel.fill``): it writes the bits ``_gather_and_widen`` writes, or declines and
+PyTorch's form runs.  This package never imports it.
 """
 
 import math
@@ -13,7 +17,6 @@ import math
 import numpy as np
 import torch
 
-from . import widen_kernel
 from .fp8 import dequantize_fp8, is_fp8
 
 
@@ -82,10 +85,12 @@ def send_indices(arrays: list[np.ndarray], device) -> list[torch.Tensor]:
     return list(torch.split(packed, [a.size for a in arrays]))
 
 
-def run_block(block, problems, results, runs, lengths, limits, compute_dtype, shortest, fewest_seen):
+def run_block(block, problems, results, runs, lengths, limits, compute_dtype, shortest, fewest_seen, fill_keys=None):
     """Gather a block's queries and key rows (pages or slots) run by run, attend, and copy each real request's rows out.
     ``shortest`` is the fewest keys of the block's requests, ``fewest_seen`` the fewest any token sees:
-    keys before them are never padding or masked, so the masking starts there."""
+    keys before them are never padding or masked, so the masking starts there.  ``fill_keys(keys, pool_rows,
+    rows, lengths, unit) -> bool``: a one-pass gathering of a block of one run, true where it wrote the keys
+    (the module's note); None or false: PyTorch's form."""
     k = block.key
     s_q, h_q, h_kv, d_qk, d_v, n_keys, unit = k.s_q, k.h_q, k.h_kv, k.d_qk, k.d_v, k.n_keys, k.unit
     first = problems[block.members[0][0]]
@@ -96,7 +101,7 @@ def run_block(block, problems, results, runs, lengths, limits, compute_dtype, sh
         torch.index_select(p.q.reshape(p.q.shape[0], -1), 0, requests, out=q[start:end])
     # head-major, (rows, h_kv, n, d), so both matmuls read the keys in place
     keys = torch.empty(rows, h_kv, n_keys, d_qk, dtype=compute_dtype, device=device)
-    if not (len(runs) == 1 and widen_kernel.fill(keys, _pool_rows(first, k), runs[0][4], lengths, unit)):
+    if not (fill_keys and len(runs) == 1 and fill_keys(keys, _pool_rows(first, k), runs[0][4], lengths, unit)):
         _gather_and_widen(keys, block, problems, runs, lengths, shortest)
     if is_fp8(first.kv_pool.dtype):
         keys.mul_(1.0 if first.descale_k is None else float(first.descale_k))     # as read_as dequantises
@@ -120,8 +125,9 @@ def _pool_rows(p, k) -> torch.Tensor:
 
 
 def _gather_and_widen(keys, block, problems, runs, lengths, shortest):
-    """PyTorch's form of ``widen_kernel.fill``, for any block: the key rows copied out run by run, the keys
-    past each request's length zeroed, and the whole widened into ``keys`` in one strided copy."""
+    """PyTorch's form of the gathering (``run_block``'s ``fill_keys`` in one pass), for any block: the key
+    rows copied out run by run, the keys past each request's length zeroed, and the whole widened into
+    ``keys`` in one strided copy."""
     k = block.key
     rows, n_keys, n_rows = block.rows, k.n_keys, k.n_keys // k.unit
     pool_device = problems[block.members[0][0]].kv_pool.device

@@ -39,11 +39,11 @@ LAYERS = [
     + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs")
     + _in("planning", "case_lengths") + _in("running", "resources") + _in("recording", "outcome"),
     _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params", "pages", "record_formats")
-    + _in("building", "guards", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "sparse_keys_kernel",
-          "sparse_write_kernel", "transfer")
-    + _in("judging", "integrity", "block_hash", "compare_kernel", "tolerances", "checks", "ratio_hint")
+    + _in("building", "guards", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "transfer")
+    + _in("judging", "integrity", "block_hash", "tolerances", "checks", "ratio_hint")
     + _in("recording", "status", "results", "results_read", "results_write", "reasons")
-    + ["harness.environment", "harness.errors", "harness.interrupts", "harness.cores", "harness.phases"],
+    + ["harness.environment", "harness.errors", "harness.interrupts", "harness.cores", "harness.phases"]
+    + ["harness.fast"],
     ["harness"],
     ["reference"],
 ]

@@ -1,4 +1,4 @@
-"""The comparison's one-pass statistics (``harness/judging/compare_kernel.py``) against PyTorch's form
+"""The comparison's one-pass statistics (``harness/fast/compare_kernel.py``) against PyTorch's form
 (``compare._statistics_torch``): the same counts, maxima and places of each maximum, and sums equal to
 float64 rounding, with a float64 side and with a bf16 one read as it is.  On CUDA the compiled kernel; on
 the CPU the same kernel under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
@@ -11,7 +11,8 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import torch
-    from harness.judging import compare, compare_kernel
+    from harness.fast import compare_kernel
+    from harness.judging import compare
     from harness.judging.tolerances import Bound
 
     def rows_to_check(device):
@@ -68,7 +69,7 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 def test_the_one_pass_statistics_equal_pytorchs_on_cuda():
-    from harness.judging import compare_kernel
+    from harness.fast import compare_kernel
     kernel = compare_kernel._triton_kernel()
     assert kernel is not None, "Triton does not load on this CUDA box"
     assert disagreements_on_cuda(CHECK, kernel) == []

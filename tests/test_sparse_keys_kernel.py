@@ -1,4 +1,4 @@
-"""The sparse oracle's one-pass record reading (``harness/building/sparse_keys_kernel.py``) against
+"""The sparse oracle's one-pass record reading (``harness/fast/sparse_keys_kernel.py``) against
 PyTorch's form (``sparse_cache.dequantize(read_records(...))``): the same float64 keys bit for bit (NaN
 where PyTorch's are NaN), for both formats, both views, both scale policies, zeroed entries and slots
 repeated, page sizes 64 and 53; and the flag that says a scale read lets the two views differ, the same
@@ -13,7 +13,8 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import torch
-    from harness.building import sparse_cache, sparse_keys_kernel
+    from harness.building import sparse_cache
+    from harness.fast import sparse_keys_kernel
 
     def pools(device):
         gen = torch.Generator().manual_seed(23)
@@ -69,7 +70,7 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 def test_the_one_pass_sparse_keys_equal_pytorchs_on_cuda():
-    from harness.building import sparse_keys_kernel
+    from harness.fast import sparse_keys_kernel
     kernel = sparse_keys_kernel.usable_kernel("cuda:0")
     assert kernel is not None, "Triton does not build the kernel on this CUDA box"
     assert disagreements_on_cuda(CHECK, kernel) == []

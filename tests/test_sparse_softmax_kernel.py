@@ -1,4 +1,4 @@
-"""The sparse oracle's one-pass softmax (``harness/judging/sparse_softmax_kernel.py``) against PyTorch's
+"""The sparse oracle's one-pass softmax (``harness/fast/sparse_softmax_kernel.py``) against PyTorch's
 passes (``reference.sparse.attend_listed``): LSE within 1e-13 of each other and out within 1e-13 of its
 largest value, empty rows exactly PyTorch's (out 0, LSE +inf), for entries from 64 to past one block,
 invalid entries as holes, tails and whole rows, and ``sum p |V|`` as well as out.  On CUDA the compiled
@@ -12,7 +12,7 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import torch
-    from harness.judging import sparse_softmax_kernel
+    from harness.fast import sparse_softmax_kernel
     from reference.sparse import attend_listed
 
     def blocks(device):
@@ -53,7 +53,7 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 def test_the_one_pass_softmax_equals_pytorchs_on_cuda():
-    from harness.judging import sparse_softmax_kernel
+    from harness.fast import sparse_softmax_kernel
     kernel = sparse_softmax_kernel._triton_kernel()
     assert kernel is not None, "Triton does not load on this CUDA box"
     assert disagreements_on_cuda(CHECK, kernel) == []

@@ -1,4 +1,4 @@
-"""The sparse records written in one pass (``harness/building/sparse_write_kernel.py``) against PyTorch's
+"""The sparse records written in one pass (``harness/fast/sparse_write_kernel.py``) against PyTorch's
 form (``sparse_cache.write_records(quantize(...))``): the same pool, byte for byte (the poison left
 unwritten included), for both formats, both scale policies, page sizes 64, 53 and 2, tiles of zeros and of
 negative zeros, tiny tiles (the ue8m0 floor), large values and e4m3 subnormals.  On CUDA the compiled kernel;
@@ -12,7 +12,8 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 CHECK = textwrap.dedent("""
     import torch
-    from harness.building import sparse_cache, sparse_write_kernel
+    from harness.building import sparse_cache
+    from harness.fast import sparse_write_kernel
 
     def writes(device):
         gen = torch.Generator().manual_seed(31)
@@ -54,7 +55,7 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 def test_the_one_pass_records_equal_pytorchs_on_cuda():
-    from harness.building import sparse_write_kernel
+    from harness.fast import sparse_write_kernel
     kernel = sparse_write_kernel.usable_kernel("cuda:0")
     assert kernel is not None, "Triton does not build the kernel on this CUDA box"
     assert disagreements_on_cuda(CHECK, kernel) == []
@@ -66,7 +67,8 @@ def test_the_one_pass_records_equal_pytorchs_under_the_interpreter():
 
 
 def test_the_writer_refuses_what_it_cannot_write():
-    from harness.building import sparse_cache, sparse_write_kernel
+    from harness.building import sparse_cache
+    from harness.fast import sparse_write_kernel
     fmt = sparse_cache.FORMATS["v4"]
     pool = torch.zeros(1, fmt.page_bytes(64), dtype=torch.uint8)
     slots = torch.zeros(1, dtype=torch.int64)
@@ -81,7 +83,8 @@ def test_the_writer_refuses_what_it_cannot_write():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 @pytest.mark.parametrize("kv_format,kv_scales", [("v32", "amax"), ("v32", "ue8m0"), ("v4", "ue8m0")])
 def test_a_case_built_with_the_writer_is_the_case_built_without(monkeypatch, kv_format, kv_scales):
-    from harness.building import sparse_inputs, sparse_write_kernel
+    from harness.building import sparse_inputs
+    from harness.fast import sparse_write_kernel
     from harness.planning.cases import Case, validate_case
     case = validate_case(Case(id="sparse/w/0", seed=5, scenario="sparse", topk=128, heads=16, batch_size=4,
                               seqlen="uniform:1:600", kv_format=kv_format, kv_scales=kv_scales,

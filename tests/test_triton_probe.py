@@ -1,16 +1,17 @@
-"""Each Triton kernel's definition and first launch are a probe (``reference/triton_probe.usable``): where
+"""Each Triton kernel's definition and first launch are a probe (``harness/fast/triton_probe.usable``): where
 this Triton cannot define or build the kernel, one warning line, and the PyTorch form runs, so no verdict is
-lost."""
+lost.  The fast paths live in one folder, each beside the test that proves it equal to its PyTorch form."""
 
 import importlib
 
 import pytest
+from helpers import REPO
 
-KERNELS = [("harness.judging.compare_kernel", "the comparison's Triton kernel"),
-           ("reference.widen_kernel", "the oracle's key-widening Triton kernel"),
-           ("harness.building.sparse_keys_kernel", "the sparse oracle's Triton kernel"),
-           ("harness.building.sparse_write_kernel", "the sparse records' Triton writer"),
-           ("harness.judging.sparse_softmax_kernel", "the sparse oracle's softmax kernel")]
+KERNELS = [("harness.fast.compare_kernel", "the comparison's Triton kernel"),
+           ("harness.fast.widen_kernel", "the oracle's key-widening Triton kernel"),
+           ("harness.fast.sparse_keys_kernel", "the sparse oracle's Triton kernel"),
+           ("harness.fast.sparse_write_kernel", "the sparse records' Triton writer"),
+           ("harness.fast.sparse_softmax_kernel", "the sparse oracle's softmax kernel")]
 
 
 class Unbuildable:
@@ -46,8 +47,15 @@ def test_a_kernel_this_triton_cannot_build_falls_back_to_pytorchs_form(module_na
 def test_a_float64_passes_to_a_kernel_as_its_bits_unrounded():
     import struct
 
-    from reference.triton_probe import float64_bits
+    from harness.fast.triton_probe import float64_bits
     for x in (0.1, 1e-300, -3.0, 2.0 ** 60 + 1.0, float("inf")):
         assert struct.unpack("<d", struct.pack("<q", float64_bits(x)))[0] == x
     as_float32 = struct.unpack("<f", struct.pack("<f", 0.1))[0]        # what Triton would have passed
     assert struct.unpack("<d", struct.pack("<q", float64_bits(0.1)))[0] != as_float32
+
+
+def test_every_fast_path_has_its_test_by_name_and_its_probe_here():
+    fast = sorted(p.stem for p in (REPO / "harness" / "fast").glob("*.py") if p.stem != "__init__")
+    assert fast, "harness/fast/ holds no module"
+    assert [m for m in fast if not (REPO / "tests" / f"test_{m}.py").exists()] == []
+    assert sorted(name.rpartition(".")[2] for name, _ in KERNELS) == [m for m in fast if m != "triton_probe"]

@@ -1,7 +1,8 @@
-"""The oracle's one-pass key gathering (``reference/widen_kernel.py``) against PyTorch's form
+"""The oracle's one-pass key gathering (``harness/fast/widen_kernel.py``) against PyTorch's form
 (``block_attention._gather_and_widen``): the same float64 keys, bit for bit, padding +0.0 over poison.
 On CUDA the compiled kernel, and the whole oracle with and without it; on the CPU the kernel under
-Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
+Triton's interpreter (a subprocess: the flag is read when Triton loads), and the harness's oracle
+handing it to ``reference``, which never imports it."""
 
 import textwrap
 
@@ -12,7 +13,8 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 CHECK = textwrap.dedent("""
     import types
     import torch
-    from reference import block_attention, widen_kernel
+    from harness.fast import widen_kernel
+    from reference import block_attention
 
     def blocks(device):
         gen = torch.Generator().manual_seed(11)
@@ -58,22 +60,28 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on CUDA; none here")
 def test_the_one_pass_keys_equal_pytorchs_on_cuda():
-    from reference import widen_kernel
+    from harness.fast import widen_kernel
     kernel = widen_kernel.usable_kernel("cuda:0")
     assert kernel is not None, "Triton does not build the kernel on this CUDA box"
     assert disagreements_on_cuda(CHECK, kernel) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the oracle's GPU blocks run on CUDA; none here")
-def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel(monkeypatch):
+def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel():
     import dataclasses
 
     from test_batched_oracle import problems as cpu_problems
 
-    from reference import mla_attention_many, widen_kernel
+    from harness.fast import widen_kernel
+    from reference import mla_attention_many
     problems = [dataclasses.replace(p, q=p.q.cuda(), kv_pool=p.kv_pool.cuda()) for p in cpu_problems()]
-    with_kernel = mla_attention_many(problems)
-    monkeypatch.setattr(widen_kernel, "usable_kernel", lambda device: None)
+    filled = []
+
+    def fill(*block):
+        filled.append(widen_kernel.fill(*block))
+        return filled[-1]
+    with_kernel = mla_attention_many(problems, fill_keys=fill)
+    assert any(filled), "the kernel wrote no block"
     without = mla_attention_many(problems)
     for (out_a, lse_a), (out_b, lse_b) in zip(with_kernel, without):
         assert torch.equal(out_a.view(torch.int64), out_b.view(torch.int64))
@@ -83,3 +91,21 @@ def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel(monkeypatch)
 def test_the_one_pass_keys_equal_pytorchs_under_the_interpreter():
     out, err = disagreements_under_interpreter(CHECK, "widen_kernel._triton_kernel()")
     assert out == "equal", (out + err)[-3000:]
+
+
+def test_the_harness_oracle_hands_the_kernel_to_the_reference_blocks(monkeypatch):
+    """``reference`` imports nothing from ``harness``: the one-pass gathering reaches the oracle's blocks only
+    as its argument, which the harness's oracle hands over (off CUDA the kernel then declines each block)."""
+    from harness.building.inputs import generate
+    from harness.fast import widen_kernel
+    from harness.judging import oracle
+    from harness.planning.cases import Case
+
+    offered, real_fill = [], widen_kernel.fill
+
+    def fill(keys, *rest):
+        offered.append(tuple(keys.shape))
+        return real_fill(keys, *rest)
+    monkeypatch.setattr(widen_kernel, "fill", fill)
+    oracle.expected(generate(Case(id="t/widen", seed=4, batch_size=3, heads=16, seqlen="list:70,3,130")))
+    assert len(offered) == 3                       # on the CPU each request is a block of its own

@@ -30,8 +30,8 @@ import torch
 from reference.sparse import ROW_BLOCK_ELEMENTS
 
 from ..errors import InputError
+from ..fast import sparse_write_kernel
 from ..planning.cases import Case
-from . import sparse_write_kernel
 from .guards import HASH_ROW_BYTES, guarded
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for
 from .kv_store import first_writes

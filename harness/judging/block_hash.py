@@ -11,7 +11,7 @@ PyTorch form runs.
 
 import torch
 
-from reference.triton_probe import defined_with_triton
+from ..fast.triton_probe import defined_with_triton
 
 ROWS_PER_PROGRAM = 64             # rows (blocks) one Triton program sums
 SLICE_ROWS = 1 << 18              # the PyTorch form's rows per launch: bounds its temporary to 64 MiB

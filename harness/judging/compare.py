@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import compare_kernel, ratio_hint
+from ..fast import compare_kernel
+from . import ratio_hint
 from .checks import Kind
 from .tolerances import Bound
 

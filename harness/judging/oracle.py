@@ -4,7 +4,8 @@ The oracle's unit of work is a key set (``reference.keysets``): what each query 
 inputs fill it from the block table and lengths; a mode with its own key set per query token
 (``Inputs.token_slots``) fills it with one key set per query token, a request of one token each.
 All the calls handed over together go to ``reference.mla_attention_many`` at once: a chunk of
-small cases shares its launches, and each call gets the bits it gets alone (``reference/batched.py``).
+small cases shares its launches, and each call gets the bits it gets alone (``reference/batched.py``).  On
+CUDA a block's keys are gathered in one Triton pass (``widen_kernel.fill``, handed over here).
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import torch
 from reference import Problem, descale_scalar, joins_shared_blocks, mla_attention_many
 
 from ..building.inputs import Inputs, key_counts, key_sets
+from ..fast import widen_kernel
 
 
 def problem(inputs: Inputs) -> Problem:
@@ -48,7 +50,7 @@ def model_precision(inputs: Inputs) -> Inputs:
 
 def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tuple]:
     """The oracle's ``(out, lse)`` for each of these inputs (for fp8: the quantised q and KV), together."""
-    results = mla_attention_many([problem(inputs) for inputs in calls], compute_dtype)
+    results = mla_attention_many([problem(inputs) for inputs in calls], compute_dtype, fill_keys=widen_kernel.fill)
     return [_as_called(result, inputs) for result, inputs in zip(results, calls)]
 
 

@@ -26,10 +26,9 @@ import torch
 
 from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
 
-from ..building import sparse_keys_kernel
 from ..building.sparse_cache import dequantize, read_records, read_scales, views_agree
 from ..building.sparse_inputs import SparseCase
-from . import sparse_softmax_kernel
+from ..fast import sparse_keys_kernel, sparse_softmax_kernel
 
 
 @dataclass

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from reference.triton_probe import defined_with_triton, float64_bits, usable
+from .triton_probe import defined_with_triton, float64_bits, usable
 
 BLOCK_ELEMENTS = 2048        # scores a program holds at a time: its rows times its block of entries
 WIDEST = 512                 # entries of a row read at a time, at most

@@ -18,9 +18,8 @@ import functools
 
 import torch
 
-from reference.triton_probe import defined_with_triton, usable
-
-from .sparse_cache import E4M3_MAX, FORMATS, RecordFormat, check_policy
+from ..planning.record_formats import E4M3_MAX, FORMATS, RecordFormat, check_policy
+from .triton_probe import defined_with_triton, usable
 
 BLOCK = 16           # tokens a program writes
 

@@ -16,9 +16,8 @@ import functools
 
 import torch
 
-from reference.triton_probe import defined_with_triton, usable
-
-from .sparse_cache import FORMATS, RecordFormat, check_view
+from ..planning.record_formats import FORMATS, RecordFormat, check_view
+from .triton_probe import defined_with_triton, usable
 
 BLOCK = 32           # entries a program reads
 CHUNK = 64           # values it converts at a time (a scale's tile is 64 or 128 values)

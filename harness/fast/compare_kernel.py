@@ -19,7 +19,7 @@ import functools
 
 import torch
 
-from reference.triton_probe import defined_with_triton, float64_bits, usable
+from .triton_probe import defined_with_triton, float64_bits, usable
 
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time

@@ -1,6 +1,6 @@
 """How the Triton kernels come to be used.  Each is defined on first use (``defined_with_triton``: importing
-its module never imports Triton; ``harness/judging/block_hash.py``, ``compare_kernel.py`` and
-``sparse_softmax_kernel.py`` there, ``widen_kernel.py``, ``harness/building/sparse_keys_kernel.py`` and
+its module never imports Triton; ``harness/judging/block_hash.py``, and beside this module
+``compare_kernel.py``, ``sparse_softmax_kernel.py``, ``widen_kernel.py``, ``sparse_keys_kernel.py`` and
 ``sparse_write_kernel.py``).  For every one but the first, the definition and the first launch in a process
 are a probe (``usable``): where this Triton cannot define or build the kernel, one warning line and the
 caller's PyTorch form, so a Triton the kernel was not tried with costs speed, never a verdict."""
