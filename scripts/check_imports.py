@@ -35,7 +35,7 @@ LAYERS = [
     ["harness.mutants"],
     ["harness.scenarios"],
     ["harness.backends"]
-    + _in("judging", "compare", "weight_rounding", "oracle", "diagnostics", "conventions", "sparse_oracle")
+    + _in("judging", "compare", "compare_statistics", "weight_rounding", "oracle", "diagnostics", "conventions", "sparse_oracle")
     + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs")
     + _in("planning", "case_lengths") + _in("running", "resources") + _in("recording", "outcome"),
     _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params", "pages", "record_formats")

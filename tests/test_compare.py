@@ -191,13 +191,13 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
     """check_tensors on many pairs at once: every field of every check, bit for bit, as checked alone."""
     import json
 
-    from harness.judging import compare
+    from harness.judging import compare_statistics
     from harness.judging.compare import Pair, check_tensors
     # a GPU's groups of many rows, forced on: small groups split pairs of one size over several
-    real_group_rows = compare.group_rows
-    monkeypatch.setattr(compare, "group_rows", lambda n, device: real_group_rows(n, torch.device("cuda")))
+    real_group_rows = compare_statistics.group_rows
+    monkeypatch.setattr(compare_statistics, "group_rows", lambda n, device: real_group_rows(n, torch.device("cuda")))
     if group_elements:
-        monkeypatch.setattr(compare, "GROUP_ELEMENTS", group_elements)
+        monkeypatch.setattr(compare_statistics, "GROUP_ELEMENTS", group_elements)
     g = torch.Generator().manual_seed(seed)
     bound = TOLERANCES["bf16"].out
     pairs = []
@@ -219,16 +219,37 @@ def test_a_chunk_of_pairs_gets_the_numbers_each_gets_alone(seed, group_elements,
 
 
 def test_groups_hold_pairs_of_one_size_and_dtype_in_rows_fixed_by_the_size():
-    from harness.judging.compare import GROUP_ELEMENTS, GROUP_ROWS, _groups, group_rows
+    from harness.judging.compare_statistics import GROUP_ELEMENTS, GROUP_ROWS, group_rows, groups
     cuda, cpu = torch.device("cuda"), torch.device("cpu")          # by name: nothing is allocated
     sizes = [100] * (GROUP_ROWS + 3) + [GROUP_ELEMENTS // 3] * 4 + [GROUP_ELEMENTS * 2, 7]
     kinds = [(n, torch.bfloat16, torch.float64) for n in sizes]
     kinds[3] = (100, torch.float16, torch.float64)                  # another dtype: a group of its own
-    groups = _groups(list(range(len(sizes))), kinds, cuda)
+    found = groups(list(range(len(sizes))), kinds, cuda)
     big = GROUP_ROWS + 3
     first = [i for i in range(big) if i != 3]
-    assert groups == [(GROUP_ROWS, first[:GROUP_ROWS]), (GROUP_ROWS, first[GROUP_ROWS:]), (GROUP_ROWS, [3]),
+    assert found == [(GROUP_ROWS, first[:GROUP_ROWS]), (GROUP_ROWS, first[GROUP_ROWS:]), (GROUP_ROWS, [3]),
                       (3, [big, big + 1, big + 2]), (3, [big + 3]), (1, [big + 4]), (GROUP_ROWS, [big + 5])]
     assert group_rows(GROUP_ELEMENTS * 2, cuda) == 1 and group_rows(1, cuda) == GROUP_ROWS
     # on the CPU every pair is a group of its own: spare rows there are arithmetic, not saved launches
-    assert _groups([0, 1, 2], kinds[:2] + [kinds[-1]], cpu) == [(1, [0]), (1, [1]), (1, [2])]
+    assert groups([0, 1, 2], kinds[:2] + [kinds[-1]], cpu) == [(1, [0]), (1, [1]), (1, [2])]
+
+
+def test_a_row_of_statistics_is_read_by_name():
+    """Each part of a pair's row (``compare_statistics.ROW``) lands under its column's name: the planted worst
+    element and first NaN mismatch, their values on both sides, and the counts."""
+    from harness.fast.compare_kernel import Maximised, Summed
+    from harness.judging.compare_statistics import Statistics, statistics
+
+    expected = torch.linspace(-1, 1, 200, dtype=torch.float64)
+    actual = expected.clone()
+    actual[150] += 0.5                                          # the worst element, far over the bound
+    actual[30] += 0.02                                          # over the bound too, less so
+    actual[70], actual[90] = float("nan"), float("nan")        # two NaN/inf mismatches: the first at 70
+    row = statistics([actual], [expected], 1, Bound(atol=1e-3, rtol=1e-2, cos_diff=1e-5))
+    s = Statistics.of(row[0].tolist())
+    assert s.sums[Summed.MISMATCHES] == 2 and s.sums[Summed.VIOLATIONS] == 2
+    assert s.sums[Summed.DD] == pytest.approx(0.5 ** 2 + 0.02 ** 2)
+    assert s.places[Maximised.RATIO] == 150 and s.places[Maximised.MISMATCH] == 70
+    assert s.maxima[Maximised.ABS_ERR] == pytest.approx(0.5) and s.maxima[Maximised.MISMATCH] == 1
+    assert s.actual[Maximised.RATIO] == actual[150] and s.expected[Maximised.RATIO] == expected[150]
+    assert math.isnan(s.actual[Maximised.MISMATCH]) and s.expected[Maximised.MISMATCH] == expected[70]

@@ -1,7 +1,8 @@
 """The comparison's one-pass statistics (``harness/fast/compare_kernel.py``) against PyTorch's form
-(``compare._statistics_torch``): the same counts, maxima and places of each maximum, and sums equal to
-float64 rounding, with a float64 side and with a bf16 one read as it is.  On CUDA the compiled kernel; on
-the CPU the same kernel under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
+(``compare_statistics.statistics_torch``): the same counts, maxima and places of each maximum, and sums
+equal to float64 rounding, with a float64 side and with a bf16 one read as it is; and each column written
+where its name says (``compare_kernel.COLUMNS``).  On CUDA the compiled kernel; on the CPU the same kernel
+under Triton's interpreter (a subprocess: the flag is read when Triton loads)."""
 
 import textwrap
 
@@ -12,8 +13,14 @@ from helpers import disagreements_on_cuda, disagreements_under_interpreter
 CHECK = textwrap.dedent("""
     import torch
     from harness.fast import compare_kernel
-    from harness.judging import compare
+    from harness.fast.compare_kernel import Maximised, Summed
+    from harness.judging import compare_statistics
     from harness.judging.tolerances import Bound
+
+    COUNTS = [Summed.MISMATCHES, Summed.VIOLATIONS]
+    SUMS = [Summed.AA, Summed.EE, Summed.AE, Summed.DD]
+    RATIO, MISMATCH = Maximised.RATIO, Maximised.MISMATCH
+    VALUES = [RATIO, Maximised.ABS_ERR, Maximised.REL_ERR]
 
     def rows_to_check(device):
         gen = torch.Generator().manual_seed(5)
@@ -45,24 +52,41 @@ CHECK = textwrap.dedent("""
             for side in (a, a.to(torch.bfloat16)):
                 found += differences(f"width {width}, {side.dtype}", kernel, side, e, bound)
             sums, top, first = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
-            if len(a) == 3 and not (top[2, 3] == 1 and first[2, 3] == width // 2 and first[0, 0] == width // 3):
+            planted = len(a) == 3 and top[2, MISMATCH] == 1 and first[2, MISMATCH] == width // 2
+            if len(a) == 3 and not (planted and first[0, RATIO] == width // 3):
                 found.append(f"width {width}: the planted mismatch or worst element was not found")
-            if len(a) == 2 and not (first[0, :3].tolist() == [300] * 3 and first[1, 3] == 300):
+            if len(a) == 2 and not (first[0, VALUES].tolist() == [300] * 3 and first[1, MISMATCH] == 300):
                 found.append(f"width {width}: ties did not keep the first place: {first.tolist()}")
+        found += reordered("width 64", kernel, *next(rows_to_check(device))[1:], bound)
         return found
+
+    def reordered(what, kernel, a, e, bound):
+        # the kernel with its columns' places reversed: each value must land where its name now says
+        named = compare_kernel.COLUMNS
+        backwards = {**named, **{f"S_{c.name}": len(Summed) - 1 - c for c in Summed},
+                     **{f"M_{c.name}": len(Maximised) - 1 - c for c in Maximised}}
+        try:
+            compare_kernel.COLUMNS = backwards
+            moved = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
+        finally:
+            compare_kernel.COLUMNS = named
+        kept = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
+        if not all(torch.equal(m.flip(1).cpu(), k.cpu()) for m, k in zip(moved, kept)):
+            return [f"{what}: a column was not written where its name says"]
+        return []
 
     def differences(what, kernel, a, e, bound):
         sums, top, first = compare_kernel.run(kernel, a, e, bound.atol, bound.rtol)
-        sums_t, top_t, first_t = compare._statistics_torch(a.double(), e, bound)
+        sums_t, top_t, first_t = compare_statistics.statistics_torch(a.double(), e, bound)
         found = []
         if not torch.equal(first.cpu(), first_t.cpu()):
             found.append(f"{what}: places {first.tolist()} != {first_t.tolist()}")
-        if not torch.equal(sums[:, 4:].cpu(), sums_t[:, 4:].cpu()):
-            found.append(f"{what}: counts {sums[:, 4:].tolist()} != {sums_t[:, 4:].tolist()}")
+        if not torch.equal(sums[:, COUNTS].cpu(), sums_t[:, COUNTS].cpu()):
+            found.append(f"{what}: counts {sums[:, COUNTS].tolist()} != {sums_t[:, COUNTS].tolist()}")
         if not torch.allclose(top.cpu(), top_t.cpu(), rtol=1e-14, atol=0):
             found.append(f"{what}: maxima {top.tolist()} != {top_t.tolist()}")
-        if not torch.allclose(sums[:, :4].cpu(), sums_t[:, :4].cpu(), rtol=1e-12, atol=0):
-            found.append(f"{what}: sums {sums[:, :4].tolist()} != {sums_t[:, :4].tolist()}")
+        if not torch.allclose(sums[:, SUMS].cpu(), sums_t[:, SUMS].cpu(), rtol=1e-12, atol=0):
+            found.append(f"{what}: sums {sums[:, SUMS].tolist()} != {sums_t[:, SUMS].tolist()}")
         return found
 """)
 

@@ -1,11 +1,12 @@
-"""The comparison's statistics in one pass on CUDA: a Triton kernel for ``compare._statistics``.
+"""The comparison's statistics in one pass on CUDA: a Triton kernel for ``compare_statistics.statistics``.
 
-``compare._statistics`` in PyTorch makes about thirty passes over a group's float64 elements (every
+``compare_statistics.statistics_torch`` makes about thirty passes over a group's float64 elements (every
 element-wise step and reduction is a launch of its own, with a temporary the group's size); on the H200
 that was a quarter of the upstream matrices' device time (docs/gpu-runs.md).  Here each program reads a
 fixed ``SEGMENT`` of one row once, each side in its own dtype, and writes its partial sums, maxima and the
 first place of each maximum; a few PyTorch reductions over the segments finish them.  The maxima are kept
-per lane and reduced once, after the segment's blocks.
+per lane and reduced once, after the segment's blocks.  The columns of the sums and of the maxima are
+named once, here (``Summed``, ``Maximised``): the kernel, PyTorch's form and the checks read them by name.
 
 A row's numbers depend only on the row: its segments are fixed by its width, each program adds its
 blocks in one order, and the segments are reduced along a dimension fixed by the width too.  So, as in
@@ -16,6 +17,7 @@ Triton does not import, or off CUDA, ``statistics`` returns None and PyTorch's f
 """
 
 import functools
+from enum import IntEnum
 
 import torch
 
@@ -23,16 +25,42 @@ from .triton_probe import defined_with_triton, float64_bits, usable
 
 SEGMENT = 1 << 14                 # elements of one row a program reads
 BLOCK = 1024                      # elements a program handles at a time
-SUMS, MAXIMA = 6, 4               # the columns of compare._Statistics: summed, then maximised
 # the dtypes the kernel reads as they are (a variant each, readied in the warm-up); others go as float64
 READ_AS_IS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
+class Summed(IntEnum):
+    """The columns of a row's sums, over its finite positions: a.a, e.e, a.e and (a-e).(a-e); then the
+    counts of the NaN/inf positions that differ and of the elements over the bound."""
+
+    AA = 0
+    EE = 1
+    AE = 2
+    DD = 3
+    MISMATCHES = 4
+    VIOLATIONS = 5
+
+
+class Maximised(IntEnum):
+    """The columns of a row's maxima and of the first place of each: |err| / bound, |err|, |err| / |e|, and
+    the NaN/inf mismatch flag (1 where the positions differ)."""
+
+    RATIO = 0
+    ABS_ERR = 1
+    REL_ERR = 2
+    MISMATCH = 3
+
+
+# the kernel's constants: each column's index by its name (S_AA, ..., M_RATIO, ...) and the widths
+COLUMNS = {**{f"S_{c.name}": int(c) for c in Summed}, **{f"M_{c.name}": int(c) for c in Maximised},
+           "SUMS": len(Summed), "MAXIMA": len(Maximised)}
+
+
 def statistics(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float):
-    """``(sums (rows, 6), maxima (rows, 4), first places (rows, 4) int64)`` of the finite-part products,
-    the mismatch and violation counts, and the ratio / error / relative error / mismatch maxima of each row
-    of ``a`` and ``e`` ``(rows, width)`` (any floating dtype, read as float64), as ``compare._statistics``
-    defines them; or None where the kernel cannot run (PyTorch's form then)."""
+    """``(sums (rows, len(Summed)), maxima (rows, len(Maximised)), first places (rows, len(Maximised))
+    int64)`` of each row of ``a`` and ``e`` ``(rows, width)`` (any floating dtype, read as float64), as
+    ``compare_statistics.statistics_torch`` defines them; or None where the kernel cannot run (PyTorch's
+    form then)."""
     kernel = usable_kernel(str(a.device)) if a.is_cuda else None
     if kernel is None:
         return None
@@ -43,7 +71,7 @@ def statistics(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float):
 def warm_up(device):
     """Ready the kernel in a worker's warm-up rather than its first chunk (its first launch in a process
     loads or builds the binary): ``usable_kernel``'s launches, one for each dtype it reads as it is.  Every
-    width the comparison uses is a multiple of 64 (``compare.ROW_ALIGN``), so those launches ready the
+    width the comparison uses is a multiple of 64 (``compare_statistics.ROW_ALIGN``), so those launches ready the
     variants every later one uses."""
     usable_kernel(str(torch.empty(0, device=device).device))      # "cuda" named as a tensor's device: cuda:0
 
@@ -65,34 +93,56 @@ def run(kernel, a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> t
     """``statistics`` with this kernel (the tests run it under Triton's interpreter too)."""
     rows, width = a.shape
     segments = -(-width // SEGMENT)
-    sums = torch.empty(rows, segments, SUMS, dtype=torch.float64, device=a.device)
-    maxima = torch.empty(rows, segments, MAXIMA, dtype=torch.float64, device=a.device)
-    places = torch.empty(rows, segments, MAXIMA, dtype=torch.int64, device=a.device)
+    sums = torch.empty(rows, segments, len(Summed), dtype=torch.float64, device=a.device)
+    maxima = torch.empty(rows, segments, len(Maximised), dtype=torch.float64, device=a.device)
+    places = torch.empty(rows, segments, len(Maximised), dtype=torch.int64, device=a.device)
     kernel[(rows, segments)](a, e, sums, maxima, places, width, float64_bits(atol), float64_bits(rtol),
-                             SEGMENT=SEGMENT, BLOCK=BLOCK)
-    top = maxima.amax(dim=1)                                               # (rows, 4)
+                             SEGMENT=SEGMENT, BLOCK=BLOCK, **COLUMNS, **_first_maxima())
+    top = maxima.amax(dim=1)                                               # (rows, len(Maximised))
     # the first place of each maximum: the smallest place among the segments that reach it
     first = torch.where(maxima == top[:, None, :], places, torch.iinfo(torch.int64).max).amin(dim=1)
     return sums.sum(dim=1), top, first
 
 
 @defined_with_triton
+def _first_maxima(triton, tl):
+    """The kernel's two steps for each of its maxima, kept per lane over the blocks and then reduced once:
+    handed to it at launch (Triton's interpreter sees a kernel's module, not the function it was made in)."""
+
+    @triton.jit
+    def keep_first(value, lane, at, place):
+        # a lane's places only grow, so a strict ">" keeps its first place of its maximum
+        return tl.maximum(value, lane), tl.where(value > lane, place, at)
+
+    @triton.jit
+    def store_first(lane, at, last, maximum_ptr, place_ptr):
+        # the maximum over the lanes, and the smallest place among the lanes at it: its first place
+        best = tl.max(lane, 0)
+        tl.store(maximum_ptr, best)
+        tl.store(place_ptr, tl.min(tl.where(lane == best, at, last), 0))
+
+    return {"KEEP_FIRST": keep_first, "STORE_FIRST": store_first}
+
+
+@defined_with_triton
 def _triton_kernel(triton, tl):
-    """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
+    """The kernel (``triton_probe.defined_with_triton``), writing each column where ``COLUMNS`` says."""
 
     # the bounds' bits are not specialised (their divisibility would make a variant per bound)
     @triton.jit(do_not_specialize=["atol_bits", "rtol_bits"])
     def segment_statistics(a_ptr, e_ptr, sums_ptr, maxima_ptr, places_ptr, width, atol_bits, rtol_bits,
-                           SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
+                           SEGMENT: tl.constexpr, BLOCK: tl.constexpr, S_AA: tl.constexpr, S_EE: tl.constexpr,
+                           S_AE: tl.constexpr, S_DD: tl.constexpr, S_MISMATCHES: tl.constexpr,
+                           S_VIOLATIONS: tl.constexpr, M_RATIO: tl.constexpr, M_ABS_ERR: tl.constexpr,
+                           M_REL_ERR: tl.constexpr, M_MISMATCH: tl.constexpr, SUMS: tl.constexpr,
+                           MAXIMA: tl.constexpr, KEEP_FIRST: tl.constexpr, STORE_FIRST: tl.constexpr):
         atol = atol_bits.to(tl.int64).to(tl.float64, bitcast=True)
         rtol = rtol_bits.to(tl.int64).to(tl.float64, bitcast=True)
         row, segment = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
         segments = tl.num_programs(1).to(tl.int64)
         zero = tl.zeros((), dtype=tl.float64)
         aa, ee, ae, dd, mismatches, violations = zero, zero, zero, zero, zero, zero
-        # maxima per lane, reduced once after the loop: a lane's places only grow, so a strict ">" keeps its
-        # first place of its maximum, and the smallest place among the lanes at the maximum is the first
-        lane_ratio = tl.full([BLOCK], -1.0, tl.float64)
+        lane_ratio = tl.full([BLOCK], -1.0, tl.float64)           # maxima per lane (``_first_maxima``)
         lane_err, lane_rel, lane_mismatch = lane_ratio, lane_ratio, lane_ratio
         at_ratio = tl.zeros([BLOCK], tl.int64)
         at_err, at_rel, at_mismatch = at_ratio, at_ratio, at_ratio
@@ -115,36 +165,22 @@ def _triton_kernel(triton, tl):
             dd += tl.sum(err * err)
             mismatches += tl.sum(mismatch)
             violations += tl.sum(tl.where(ratio > 1, 1.0, 0.0).to(tl.float64))
-            at_ratio = tl.where(ratio > lane_ratio, place, at_ratio)
-            lane_ratio = tl.maximum(ratio, lane_ratio)
-            at_err = tl.where(err > lane_err, place, at_err)
-            lane_err = tl.maximum(err, lane_err)
-            at_rel = tl.where(rel > lane_rel, place, at_rel)
-            lane_rel = tl.maximum(rel, lane_rel)
-            at_mismatch = tl.where(mismatch > lane_mismatch, place, at_mismatch)
-            lane_mismatch = tl.maximum(mismatch, lane_mismatch)
-        best_ratio, best_err = tl.max(lane_ratio, 0), tl.max(lane_err, 0)
-        best_rel, best_mismatch = tl.max(lane_rel, 0), tl.max(lane_mismatch, 0)
-        last = width + BLOCK                              # past every place: never the smallest
-        at_ratio = tl.min(tl.where(lane_ratio == best_ratio, at_ratio, last), 0)
-        at_err = tl.min(tl.where(lane_err == best_err, at_err, last), 0)
-        at_rel = tl.min(tl.where(lane_rel == best_rel, at_rel, last), 0)
-        at_mismatch = tl.min(tl.where(lane_mismatch == best_mismatch, at_mismatch, last), 0)
+            lane_ratio, at_ratio = KEEP_FIRST(ratio, lane_ratio, at_ratio, place)
+            lane_err, at_err = KEEP_FIRST(err, lane_err, at_err, place)
+            lane_rel, at_rel = KEEP_FIRST(rel, lane_rel, at_rel, place)
+            lane_mismatch, at_mismatch = KEEP_FIRST(mismatch, lane_mismatch, at_mismatch, place)
         out = row * segments + segment
-        sums = sums_ptr + out * 6
-        tl.store(sums + 0, aa)
-        tl.store(sums + 1, ee)
-        tl.store(sums + 2, ae)
-        tl.store(sums + 3, dd)
-        tl.store(sums + 4, mismatches)
-        tl.store(sums + 5, violations)
-        tl.store(maxima_ptr + out * 4 + 0, best_ratio)
-        tl.store(maxima_ptr + out * 4 + 1, best_err)
-        tl.store(maxima_ptr + out * 4 + 2, best_rel)
-        tl.store(maxima_ptr + out * 4 + 3, best_mismatch)
-        tl.store(places_ptr + out * 4 + 0, at_ratio)
-        tl.store(places_ptr + out * 4 + 1, at_err)
-        tl.store(places_ptr + out * 4 + 2, at_rel)
-        tl.store(places_ptr + out * 4 + 3, at_mismatch)
+        sums, maxima, places = sums_ptr + out * SUMS, maxima_ptr + out * MAXIMA, places_ptr + out * MAXIMA
+        tl.store(sums + S_AA, aa)
+        tl.store(sums + S_EE, ee)
+        tl.store(sums + S_AE, ae)
+        tl.store(sums + S_DD, dd)
+        tl.store(sums + S_MISMATCHES, mismatches)
+        tl.store(sums + S_VIOLATIONS, violations)
+        last = width + BLOCK                              # past every place: never the smallest
+        STORE_FIRST(lane_ratio, at_ratio, last, maxima + M_RATIO, places + M_RATIO)
+        STORE_FIRST(lane_err, at_err, last, maxima + M_ABS_ERR, places + M_ABS_ERR)
+        STORE_FIRST(lane_rel, at_rel, last, maxima + M_REL_ERR, places + M_REL_ERR)
+        STORE_FIRST(lane_mismatch, at_mismatch, last, maxima + M_MISMATCH, places + M_MISMATCH)
 
     return segment_statistics

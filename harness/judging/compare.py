@@ -4,19 +4,20 @@ Three checks per tensor, after FlashMLA's kernelkit: NaN and inf positions must
 match exactly; every finite element must be within ``atol + rtol * |expected|``;
 and the cosine difference of the finite parts must stay under its bound.  The
 result carries the worst element (by error over bound), so a failure message
-names where it broke and by how much.
+names where it broke and by how much.  The numbers come from ``compare_statistics``,
+a group of pairs at a time, read here by name.
 """
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 
-from ..fast import compare_kernel
+from ..fast.compare_kernel import Maximised, Summed
 from . import ratio_hint
 from .checks import Kind
+from .compare_statistics import Statistics, groups, statistics
 from .tolerances import Bound
 
 
@@ -107,15 +108,15 @@ def check_batches(batches: list[tuple[str, list[Pair], Bound]]) -> list[list[Ten
     the other workers hold the GPU)."""
     results, queued = [], []                    # queued: (checks to fill, their bound, device statistics)
     for name, pairs, bound in batches:
-        checks, statistics = _check_values(name, pairs, bound)
+        checks, grouped = _check_values(name, pairs, bound)
         results.append(checks)
-        queued += [(group, bound, stats) for group, stats in statistics]
+        queued += [(group, bound, stats) for group, stats in grouped]
     if queued:
         device = queued[0][2].device
         rows = iter(torch.cat([stats.to(device) for _, _, stats in queued]).tolist())     # the one transfer
         for group, bound, _ in queued:
             for check in group:
-                _fill(check, next(rows), bound)
+                _fill(check, Statistics.of(next(rows)), bound)
     for checks, (_, pairs, bound) in zip(results, batches):
         for res, p in zip(checks, pairs):
             if p.expected_dtype is not None:
@@ -131,14 +132,8 @@ def check_batches(batches: list[tuple[str, list[Pair], Bound]]) -> list[list[Ten
 
 def _check_values(name: str, pairs: list[Pair], bound: Bound) -> tuple[list[TensorCheck], list[tuple]]:
     """Every pair's check, its values still to fill, and ``(checks, statistics)`` per group: pairs of one
-    size stacked as the rows of a group, element-wise work on the whole group, reductions along its rows,
-    and each check's row of statistics on the device (``_statistics``), not yet read.
-
-    A pair's numbers never depend on the others beside it: a group of pairs of ``n`` elements always
-    has ``group_rows(n)`` rows (spare ones zero and thrown away), so a row is reduced the same way
-    whoever fills the others, and a case checked in a chunk gets the bits it gets alone.  Maxima give
-    the first position of each maximum.
-    """
+    size stacked as the rows of a group (``compare_statistics.groups``), and each check's row of statistics
+    on the device (``compare_statistics.statistics``), not yet read."""
     results = [None] * len(pairs)
     todo = []
     for i, pair in enumerate(pairs):
@@ -156,134 +151,29 @@ def _check_values(name: str, pairs: list[Pair], bound: Bound) -> tuple[list[Tens
         raise ValueError(f"pairs compared together must have their expected values on one device, got {devices}")
     device = next(iter(devices), torch.device("cpu"))
     kinds = [(pairs[i].expected.numel(), pairs[i].actual.dtype, pairs[i].expected.dtype) for i in todo]
-    statistics = [([results[i] for i in group], _statistics([pairs[i] for i in group], rows, bound))
-                  for rows, group in _groups(todo, kinds, device)]
-    return results, statistics
+    found = [([results[i] for i in group],
+              statistics([pairs[i].actual for i in group], [pairs[i].expected for i in group], rows, bound))
+             for rows, group in groups(todo, kinds, device)]
+    return results, found
 
 
-ROW_ALIGN = 64                  # elements
-GROUP_ROWS = 32                 # pairs of one size checked together, at most ...
-GROUP_ELEMENTS = 2 ** 22        # ... and as many as keep a group within this many elements
-
-
-def group_rows(n: int, device: torch.device) -> int:
-    """The rows of every group of pairs of ``n`` elements on ``device``: fixed by those alone.  On a GPU,
-    where a launch costs more than a spare row's arithmetic, many; on the CPU, where it is the reverse, one."""
-    return max(1, min(GROUP_ROWS, GROUP_ELEMENTS // n)) if device.type == "cuda" else 1
-
-
-def _groups(todo: list[int], kinds: list[tuple], device: torch.device) -> list[tuple[int, list[int]]]:
-    """``(rows, pair indices)``: the pairs of each kind, ``group_rows`` at a time.  A kind is the size first,
-    then the two sides' dtypes: the kernel reads a side in its own dtype, and the order it adds a row in
-    follows the dtype's layout, so pairs of one dtype are checked together and a pair's sums never depend
-    on what another pair's dtype is."""
-    by_kind = {}
-    for i, kind in zip(todo, kinds):
-        by_kind.setdefault(kind, []).append(i)
-    return [(rows, members[k:k + rows]) for kind, members in by_kind.items()
-            for rows in [group_rows(kind[0], device)] for k in range(0, len(members), rows)]
-
-
-def _statistics(pairs: list[Pair], rows: int, bound: Bound) -> torch.Tensor:
-    """Each pair's row of statistics (see ``_fill``) ``(len(pairs), columns)`` float64, on the device: the
-    pairs, all of one size, are the first rows of a ``rows``-row group.  On CUDA one Triton pass
-    (``compare_kernel``, reading each side in its own dtype), elsewhere PyTorch's (``_statistics_torch``,
-    in float64)."""
-    n = pairs[0].expected.numel()
-    # a row's reduction reads its start's alignment (vectorised loads): rows start 512-byte aligned
-    width = -(-n // ROW_ALIGN) * ROW_ALIGN
-    a, e = (_stacked([getattr(pair, side) for pair in pairs], rows, width) for side in ("actual", "expected"))
-    fused = compare_kernel.statistics(a, e, bound.atol, bound.rtol)
-    sums, top, where = fused if fused is not None else _statistics_torch(a.double(), e.double(), bound)
-    at = torch.stack([where[:, 0], where[:, 3]], dim=1)                    # worst, first mismatch
-    stats = torch.cat([sums, top, where.double(), a.gather(1, at).double(), e.gather(1, at).double()], dim=1)
-    return stats[:len(pairs)]
-
-
-def _statistics_torch(a: torch.Tensor, e: torch.Tensor, bound: Bound) -> tuple:
-    """``(sums (rows, 6), maxima (rows, 4), first places (rows, 4))`` of each row of ``a`` and ``e``: the
-    columns of ``_Statistics`` that are summed, maximised, and where each maximum first occurs."""
-    rows, width = a.shape
-    zero = torch.zeros((), dtype=torch.float64, device=a.device)
-    # x - x is 0 exactly when x is finite (NaN and +-inf give NaN): one pass, where isfinite takes several
-    finite = ((a - a) == 0) & ((e - e) == 0)
-    # outside the finite pairs, NaN and inf positions must match: equal values (inf == inf), or NaN on both
-    same_nonfinite = finite | (a == e) | (torch.isnan(a) & torch.isnan(e))
-    summed = torch.empty(6, rows, width, dtype=torch.float64, device=a.device)   # summed per pair: _Statistics
-    maxed = torch.empty(4, rows, width, dtype=torch.float64, device=a.device)    # maximised per pair
-    af, ef, ratio, err = summed[4], summed[5], maxed[0], maxed[1]          # scratch rows, overwritten below
-    torch.where(finite, a, zero, out=af)
-    torch.where(finite, e, zero, out=ef)
-    torch.sub(af, ef, out=err).abs_()
-    torch.div(err, torch.abs(ef).mul_(bound.rtol).add_(bound.atol), out=ratio)
-    torch.div(err, ef.abs().clamp_(min=1e-30), out=maxed[2])
-    torch.mul(af, af, out=summed[0])
-    torch.mul(af, ef, out=summed[2])
-    torch.mul(ef, ef, out=summed[1])
-    torch.mul(err, err, out=summed[3])
-    maxed[3].copy_(~same_nonfinite)                                        # a NaN/inf position mismatch
-    summed[4].copy_(maxed[3])
-    torch.gt(ratio, 1, out=summed[5])
-    # (4, rows); ties give the first position, so a zero tail (after the real elements, all >= 0) never wins
-    top, where = maxed.max(dim=2)
-    return summed.sum(dim=2).T, top.T, where.T
-
-
-def _stacked(tensors: list[torch.Tensor], rows: int, width: int) -> torch.Tensor:
-    """``(rows, width)`` in the tensors' one dtype: each tensor's elements in a row, row tails and spare
-    rows zero, in one concatenation.  A group of one tensor with no tail is a view of it (a contiguous
-    one), no copy: a large out is compared where it lies."""
-    flat = [t.reshape(-1) for t in tensors]
-    n, like = flat[0].numel(), flat[0]
-    if rows == 1 and n == width and like.is_contiguous():
-        return like.view(1, width)
-    parts = []
-    tail = like.new_zeros(width - n)
-    for t in flat:
-        parts += [t, tail] if width > n else [t]
-    if rows > len(flat):
-        parts.append(like.new_zeros((rows - len(flat)) * width))
-    return torch.cat(parts).view(rows, width)
-
-
-class _Statistics(NamedTuple):
-    """One pair's row of ``_statistics``, column by column (the order ``_statistics`` stacks them in)."""
-
-    sum_aa: float                   # summed over the finite positions: a.a, e.e, a.e, (a-e).(a-e)
-    sum_ee: float
-    sum_ae: float
-    sum_dd: float
-    nonfinite_mismatches: float     # counts: NaN/inf positions that differ, elements over the bound
-    violations: float
-    worst_ratio: float              # maxima: |err| / bound, |err|, |err| / |e|, the mismatch flag
-    max_abs_err: float
-    max_rel_err: float
-    any_mismatch: float
-    worst_at: float                 # where each maximum first occurs (flat index)
-    max_abs_at: float
-    max_rel_at: float
-    first_mismatch_at: float
-    worst_actual: float             # a and e at the worst element and at the first NaN/inf mismatch
-    mismatch_actual: float
-    worst_expected: float
-    mismatch_expected: float
-
-
-def _fill(res: TensorCheck, row: list, bound: Bound):
-    """A pair's checks from its row of statistics (see ``_statistics``)."""
-    s = _Statistics(*row)
-    res.worst_ratio, res.max_abs_err, res.max_rel_err = s.worst_ratio, s.max_abs_err, s.max_rel_err
-    res.worst_actual, res.worst_expected = s.worst_actual, s.worst_expected
-    res.nonfinite_mismatches, res.violations = int(s.nonfinite_mismatches), int(s.violations)
-    res.worst_index = _unravel(int(s.worst_at), res.shape)
+def _fill(res: TensorCheck, s: Statistics, bound: Bound):
+    """A pair's checks from its row of statistics."""
+    worst, mismatch = Maximised.RATIO, Maximised.MISMATCH
+    res.worst_ratio, res.max_abs_err = s.maxima[worst], s.maxima[Maximised.ABS_ERR]
+    res.max_rel_err = s.maxima[Maximised.REL_ERR]
+    res.worst_actual, res.worst_expected = s.actual[worst], s.expected[worst]
+    res.nonfinite_mismatches, res.violations = int(s.sums[Summed.MISMATCHES]), int(s.sums[Summed.VIOLATIONS])
+    res.worst_index = _unravel(int(s.places[worst]), res.shape)
     if res.nonfinite_mismatches:
         res.failures.append(Kind.NONFINITE.value)
-        res.first_nonfinite_mismatch = _unravel(int(s.first_mismatch_at), res.shape)
-        res.first_nonfinite_actual, res.first_nonfinite_expected = s.mismatch_actual, s.mismatch_expected
+        res.first_nonfinite_mismatch = _unravel(int(s.places[mismatch]), res.shape)
+        res.first_nonfinite_actual, res.first_nonfinite_expected = s.actual[mismatch], s.expected[mismatch]
     if res.violations:
         res.failures.append(Kind.ELEMENT.value)
-    res.cos_diff = cos_diff_from_sums(s.sum_aa, s.sum_ee, s.sum_ae)
-    res.rel_l2 = math.sqrt(s.sum_dd) / math.sqrt(s.sum_ee) if s.sum_ee else math.sqrt(s.sum_dd)
+    aa, ee, ae, dd = (s.sums[column] for column in (Summed.AA, Summed.EE, Summed.AE, Summed.DD))
+    res.cos_diff = cos_diff_from_sums(aa, ee, ae)
+    res.rel_l2 = math.sqrt(dd) / math.sqrt(ee) if ee else math.sqrt(dd)
     if res.cos_diff > bound.cos_diff:
         res.failures.append(Kind.COSINE.value)
     res.passed = not res.failures
