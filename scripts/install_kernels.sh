@@ -2,6 +2,7 @@
 # make setup on a CUDA machine: install the FlashMLA package that matches this machine's torch,
 # keeping that torch.  Says loudly what make verify will verify when no package can be installed.
 # Usage: scripts/install_kernels.sh PYTHON
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 py=${1:-python3}
 if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -1,10 +1,12 @@
 """Probe what the installed FlashMLA accepts: kv heads, head counts, fp16, fp8 q dtype, empty rows.
 
-Run on a GPU box: python scripts/probe_flashmla.py.  Prints one line per probe; the
-findings set FlashMLABackend.capabilities (docs/gpu-runs.md records a run).
+Usage: python scripts/probe_flashmla.py   (on a GPU box; exit 2 where torch sees no CUDA device)
+Prints one line per probe; the findings set FlashMLABackend.capabilities (a run of 2026-12-02 is in
+docs/kernel-packages.md and docs/archive/gpu-runs-history.md).
 """
 
 import dataclasses
+import sys
 
 import torch
 
@@ -33,6 +35,12 @@ def probe(backend, label, **fields):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    if not torch.cuda.is_available():
+        print("probe_flashmla.py: torch sees no CUDA device; run it on a GPU box", file=sys.stderr)
+        sys.exit(2)
     b = FlashMLABackend()
     print(b.availability(), b.info())
     base = dict(batch_size=4, heads=16, seqlen="uniform:1:300")

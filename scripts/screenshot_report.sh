@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Screenshot a report's first screen (1400 x 900) in headless Debian chromium.
 #
-#   scripts/screenshot_report.sh [OUT.png]               (default docs/report-screenshot.png)
-#   scripts/screenshot_report.sh OUT.png REPORT.html     (an existing report, e.g. reports/examples/*.html)
+# Usage: scripts/screenshot_report.sh [OUT.png]        (default docs/report-screenshot.png)
+#        scripts/screenshot_report.sh OUT.png REPORT.html   (an existing report, e.g. reports/examples/*.html)
 #
 # Without REPORT.html it first builds a report with some failures: two runs of the smoke suite
 # on the torch kernel with planted bugs, so the page has every kind of mark. An "old build" (a
@@ -11,6 +11,7 @@
 # (a regression under the bound). OUT.png is relative to the repository root.
 # Env: MLA_VERIFY (the CLI), KEEP=DIR (keep the results and HTML), WINDOW (default 1400,900: the
 # first screen, what a reader sees without scrolling; e.g. WINDOW=1400,2400 for more of the page).
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -euo pipefail
 given=${2:-}
 if [ -n "$given" ]; then

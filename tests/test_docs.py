@@ -139,7 +139,7 @@ def test_the_plugin_example_names_only_inputs_that_exist():
     assert used <= fields, f"not fields of Inputs: {sorted(used - fields)}"
 
 
-# The mutant counts the docs quote as the current ones (dated records are left alone: docs/gpu-runs.md,
+# The mutant counts the docs quote as the current ones (dated records are left alone: docs/archive/,
 # and "24 mutants, 12 cases, at `49fec4c`"): "holds 31 broken backends", "(24 dense, 7 sparse)",
 # "31 mutants plus the clean backend", "31/31 mutants killed".
 MUTANT_COUNTS = [
@@ -167,7 +167,7 @@ def quoted_mutant_counts(text: str):
 
 def test_every_mutant_count_the_docs_quote_is_the_registrys():
     counts, seen, wrong = mutant_counts(), 0, []
-    for path in [p for p in DOCS if p.name != "gpu-runs.md"]:
+    for path in DOCS:
         for line, what, quoted in quoted_mutant_counts(path.read_text()):
             seen += 1
             if quoted != counts[what]:

@@ -3,18 +3,21 @@
 # record suite with every paged-MLA backend side by side, then the reports.  Aimed at about 4 minutes;
 # each step is time-limited (90, 60, 240 s).
 #
-#   OUT=/some/dir scripts/gpu/bench.sh        (default OUT: reports/bench-gpu)
+# Usage: [OUT=dir] [BACKENDS=a,b] bash scripts/gpu/bench.sh        (default OUT: reports/bench-gpu)
 #
 # Writes into $OUT: gpu.txt (nvidia-smi before the runs), crosscheck{,-noflush}.{jsonl,csv,log},
 # crosscheck.html, bench.{jsonl,csv,log,html}, and cache/ceilings-<device>.json (the measured ceilings).
-# The kernel packages come from PYTHONPATH: every folder under .site/ is added to it.
+# The kernel packages come from PYTHONPATH: every folder under .site/ is added to it, and FlashMLA's tests/
+# when .upstream/flashmla-tests travelled, so the cross-check also times with its kernelkit.
 # A backend that does not load (not installed, not merged yet) is a line in bench.log, not an abort;
 # each step has a time limit, and rows finished before it are kept (JSONL is written row by row).
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-reports/bench-gpu}
 mkdir -p "$OUT"
 for d in .site/*/; do [ -d "$d" ] && PYTHONPATH="$PWD/${d%/}${PYTHONPATH:+:$PYTHONPATH}"; done
+[ -d .upstream/flashmla-tests/kernelkit ] && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/.upstream/flashmla-tests"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MLA_VERIFY_CACHE_DIR=${MLA_VERIFY_CACHE_DIR:-$OUT/cache}
 MLA="python3 -m harness.cli"

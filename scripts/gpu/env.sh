@@ -1,4 +1,7 @@
-# source me on the H200: every installed wheel set on PYTHONPATH, the checkout first.
+# Source me on a GPU box, from the checkout's root: the checkout, then every wheel set installed under .site/
+# (scripts/gpu/setup_site.sh), on PYTHONPATH; FlashInfer's JIT cache in .site/cache; nvcc on PATH; the rows'
+# commit from a carried .commit file (a copied tree has no .git).
+# Usage: . scripts/gpu/env.sh
 site=""
 for d in "$PWD"/.site/*/; do [ -d "$d" ] && site="$site:${d%/}"; done
 export PYTHONPATH="$PWD$site" PYTHONUNBUFFERED=1

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# On the H200: time FlashMLA's own dense-decoding test against the installed sgl-flash-mla wheel.
+# Time FlashMLA's own dense-decoding test against the installed sgl-flash-mla wheel.
 # The test is tests/test_flash_mla_dense_decoding.py of github.com/deepseek-ai/FlashMLA (commit in
 # .upstream/flashmla-tests/SOURCE), copied unmodified with its kernelkit helpers into the ignored folder
 # .upstream/flashmla-tests (carry it).  It is a __main__ script, not a pytest file: 2352 cases (2304
 # correctness, 32 zero-length corner, 16 performance), each printing "Running on TestParam(...)", and it stops
 # at the first failing case.  scripts/gpu/run_legacy.py runs it as __main__, adding use_legacy=True to its dense calls
 # (the wheel has dense decoding on its legacy side only).  Prints cases run, wall time and cases/s.
-#   . scripts/gpu/env.sh && bash scripts/gpu/flashmla_own_test.sh [--dtype bf16|fp16]
+# Usage: . scripts/gpu/env.sh && bash scripts/gpu/flashmla_own_test.sh [--dtype bf16|fp16]
 # LIMIT=SECONDS stops the test there (timeout) and still prints the counts; LOG=FILE keeps its output.
+# Exit: the test's (2 when .upstream/flashmla-tests did not travel).
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 cd "$(dirname "$0")/../.."
 dir=.upstream/flashmla-tests

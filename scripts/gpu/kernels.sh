@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 14 on the H200: a quick run of each new kernel backend (FlashInfer fa3/fa2, SGLang Triton decode +
+# A quick run of each kernel family beyond FlashMLA (FlashInfer fa3/fa2, SGLang Triton decode +
 # extend, SGLang verify_mla, FlagGems) on the smoke, verify and fp8 suites (and edge for fa3 and sglang-triton).
 # Assumes the wheel sets are installed in the checkout as .site/fi (flashinfer), .site/sg (sglang + flag_gems)
 # and .site/fm (sgl-flash-mla).  No network.  Keeps going when a backend fails, hangs or crashes: each
 # backend runs in its own process under a time limit.  About 4 minutes, FlashInfer's JIT builds included
 # (~20 s per module, cached in $FLASHINFER_WORKSPACE_BASE for the next run).
-#   OUT=/some/dir bash scripts/gpu/kernels.sh        # OUT defaults to reports/kernels; PYTHON to python3
+# Usage: [OUT=dir] [PYTHON=python3] bash scripts/gpu/kernels.sh        (OUT defaults to reports/kernels)
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}

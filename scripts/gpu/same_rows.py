@@ -15,7 +15,7 @@ from collections import Counter
 from harness.recording.results import read_rows
 
 TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at"}
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("a")
 parser.add_argument("b")
 parser.add_argument("--ignore", default="")

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Rerun one case under compute-sanitizer's memcheck so that a stray read is caught every time, not only when
 # it lands on unmapped memory: every tensor its own allocation (no caching), each padded by 64 KiB, in this
-# process (--workers 0).  Usage: . scripts/gpu/env.sh; bash scripts/gpu/sanitize.sh SUITE CASE_ID [BACKEND]
-# Prints memcheck's first errors (kernel, read size, address) and its error count.  docs/kernel-findings.md #6.
+# process (--workers 0).
+# Usage: . scripts/gpu/env.sh; bash scripts/gpu/sanitize.sh SUITE CASE_ID [BACKEND]   (BACKEND: flashmla)
+# Prints memcheck's first errors (kernel, read size, address) and its error count (docs/kernel-findings.md,
+# finding 6).  Exit 2 without a SUITE and CASE_ID or without compute-sanitizer.
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
+[ $# -ge 2 ] || { echo "sanitize.sh: needs SUITE and CASE_ID (--help: usage)" >&2; exit 2; }
 suite=$1 case=$2 backend=${3:-flashmla}
 cs=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
 [ -x "$cs" ] || cs=$(ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)

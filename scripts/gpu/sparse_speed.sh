@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 27 item 9 on the H200: FlashMLA's own sparse-decoding test and the flashmla-sparse-upstream suite
-# (the same 4,748-case matrix, float64 oracle, crash isolation on: the CLI's defaults) in one call, each
-# printing cases/s.  FlashMLA's test runs only when .upstream/flashmla-tests/test_flash_mla_sparse_decoding.py
+# Sparse speed against FlashMLA's own test, in one call: FlashMLA's own sparse-decoding test and the
+# flashmla-sparse-upstream suite (the same 4,748-case matrix, float64 oracle, crash isolation on: the CLI's
+# defaults), each printing cases/s.  FlashMLA's test runs only when .upstream/flashmla-tests/test_flash_mla_sparse_decoding.py
 # travelled (FlashMLA 9241ae3 tests/, unmodified, with lib.py, ref.py, quant.py and kernelkit); it is run
 # by scripts/gpu/run_legacy.py (use_legacy=True added: the wheel's SM90 sparse decode is legacy).
-#   OUT=/some/dir bash scripts/gpu/sparse_speed.sh        # OUT defaults to reports/sparse-speed
+# Usage: [OUT=dir] [LIMIT=seconds] bash scripts/gpu/sparse_speed.sh   (OUT defaults to reports/sparse-speed)
 # LIMIT=SECONDS bounds each of the two runs (default 540).
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU test lane: the whole test suite on a GPU box with every kernel set installed (each under
 # .site/NAME, scripts/gpu/setup_site.sh), so GPU-only tests run and none may fail there.
-#   bash scripts/gpu/test.sh [pytest args]        (LOG=FILE keeps the output; default $OUT/test.log or /tmp)
-# Prints the versions first, then pytest's summary with every skip's reason (-rs).
+# Usage: bash scripts/gpu/test.sh [pytest args]   (files given: only those; LOG=FILE keeps the output,
+#        default $OUT/test.log or /tmp/test.log)
+# Prints the versions first, then pytest's summary with every skip's reason (-rs).  Exit: pytest's.
+case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
@@ -17,7 +19,7 @@ for name in ("torch", "triton", "numpy", "sgl-flash-mla", "flashinfer-python", "
     except md.PackageNotFoundError:
         print(f"{name}: not installed")
 PY
-python3 -m pytest -q -p no:cacheprovider -rs tests "$@" 2>&1 | tee -a "$log"
+python3 -m pytest -q -p no:cacheprovider -rs "$@" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 echo "test lane exit: $rc"
 exit "$rc"
