@@ -36,7 +36,7 @@ LAYERS = [
     ["harness.scenarios"],
     ["harness.backends"]
     + _in("judging", "compare", "compare_statistics", "weight_rounding", "oracle", "diagnostics", "conventions", "sparse_oracle")
-    + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs")
+    + _in("building", "inputs", "kernel_inputs", "kv_store", "sparse_inputs", "sparse_kernel_inputs", "sparse_kv_store")
     + _in("planning", "case_lengths") + _in("running", "resources") + _in("recording", "outcome"),
     _in("planning", "cases", "case", "case_checks", "seqlens", "fixed_params", "pages", "record_formats")
     + _in("building", "guards", "pool", "page_layout", "block_tables", "pool_gates", "sparse_cache", "transfer")

@@ -16,12 +16,12 @@
 - vLLM keeps a request's drafts in one kernel row (``Case.verify_rows = "per_request"``: indices
   ``(n, 1 + k, topk)``); the same seed gives the same query tokens and key sets in both shapes.
 
-The index gate (``validate_indices``): every entry is -1 or a slot of the pool.  FlashMLA does not check
-(only -1 is invalid; anything else is read, out of bounds or not), so a bad index is refused before any
-kernel runs, with one line.
+Here: ``build`` and its draws, and the size estimate.  ``SparseInputs`` and what is read from it (the
+index stats, the index gate, the output buffer) are ``sparse_kernel_inputs``; the engine's writes into the
+records ``sparse_kv_store``.  Their names are re-exported here, where scenarios, backends and tests import
+them.
 """
 
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -29,80 +29,25 @@ import torch
 
 from reference.sparse import ROW_BLOCK_ELEMENTS
 
-from ..errors import InputError
 from ..fast import sparse_write_kernel
 from ..planning.cases import Case
 from .guards import HASH_ROW_BYTES, guarded
-from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, poisoned, shared_pages_for
+from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, shared_pages_for
 from .kv_store import first_writes
-from .pool import assign_pages, req_to_token_of, token_index
+from .pool import assign_pages, req_to_token_of
 from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
+from .sparse_kernel_inputs import (  # noqa: F401  (re-exported: see the module doc)
+    IndexStats,
+    SparseCase,
+    SparseInputs,
+    index_stats,
+    output_buffer,
+    validate_indices,
+)
+from .sparse_kv_store import selected_writes, written_slots
 from .transfer import to_device_named
 
 SINK_SCALE, SINK_SHIFT = 2.0, 4.0          # "random" sinks: N(4, 2^2), near a typical LSE so they matter
-
-
-@dataclass(frozen=True)
-class SparseInputs:
-    """What a sparse backend is called with.  Every tensor is the engine's state: the launch witnesses
-    them all (``integrity.Witness``), and the kernel's output buffer ``out`` sits between guards."""
-
-    q: torch.Tensor                   # (n, s_q, heads, d_qk) bf16: the model's heads (a backend pads them)
-    kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records
-    indices: torch.Tensor             # (n, s_q, topk) int32: KV slot or -1
-    cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk), a kernel row's longest
-    attn_sink: torch.Tensor | None    # (heads,) float32, or None (SGLang passes none)
-    req_to_token: torch.Tensor        # (max_reqs, max_context) int32: the engine's table the indices came from
-    softmax_scale: float
-    d_v: int
-    kv_format: str
-    out: torch.Tensor | None = None   # (n, s_q, heads, d_v) bf16, poisoned, guarded: a backend may write here
-
-    @property
-    def device(self) -> torch.device:
-        return self.q.device
-
-    @property
-    def page_size(self) -> int:
-        return self.kv_pool.shape[1]
-
-    @property
-    def num_slots(self) -> int:
-        return self.kv_pool.shape[0] * self.kv_pool.shape[1]
-
-    @property
-    def fmt(self):
-        return FORMATS[self.kv_format]
-
-    @property
-    def heads(self) -> int:
-        return self.q.shape[2]
-
-    @property
-    def topk(self) -> int:
-        return self.indices.shape[-1]
-
-
-@dataclass(frozen=True)
-class IndexStats:
-    """What the gate, the oracle and the row need to know of the indices, read back in one small copy (the
-    indices themselves stay on the device: a host copy of a large case's was megabytes)."""
-
-    lowest: int                       # the smallest entry, the largest: -1 for both when there is none
-    highest: int
-    rows: int                         # query rows (kernel rows times query tokens a row)
-    valid_entries: int                # entries that are not -1
-    empty_rows: int                   # query rows whose every entry is -1
-
-
-@dataclass(frozen=True)
-class SparseCase:
-    """The inputs and what the harness knows about them on the host (the gate and the row read these)."""
-
-    inputs: SparseInputs
-    index_stats: IndexStats
-    seen: list                        # tokens each query row sees
-    seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
 
 
 def sink_for(case: Case, gen: torch.Generator) -> torch.Tensor | None:
@@ -182,37 +127,9 @@ def slots_of(positions: torch.Tensor, owner: torch.Tensor, req_to_token: torch.T
     return torch.where(valid, slots, -1).to(torch.int32)
 
 
-def written_slots(req_to_token: torch.Tensor, rows: torch.Tensor, first: torch.Tensor, count: torch.Tensor,
-                  total: int) -> torch.Tensor:
-    """The slots the engine writes (``kv_store.write_slots``' order): request r's tokens ``first[r]`` on, ``count[r]``
-    of them, request by request, read from its row ``rows[r]`` of ``req_to_token``; ``total`` (the sum of
-    ``count``, known on the host) fixes the length, so nothing waits."""
-    request, offset = token_index(count, req_to_token.device, total)
-    return req_to_token[rows.long()[request], first.long()[request] + offset]
-
-
 def engine_shape(case: Case) -> int:
     """Query tokens per kernel row: SGLang flattens verify (1); vLLM keeps a request's drafts together."""
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
-
-
-def selected_writes(indices: torch.Tensor, slots: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """The slots of the engine's writes (``slots``, from ``written_slots``) of the tokens some index selects,
-    on the indices' device, without waiting for it: in their order, then padded to a length fixed by the
-    shapes alone (no slot is written twice, so at most one write per index entry) with writes to slot
-    ``num_slots``, the spare page past the pool (``build`` poisons it again).  The other tokens are not
-    written: their records keep the pool's poison, so a kernel that reads a record outside every key set
-    (its own request's included) reads NaN."""
-    listed = torch.zeros(num_slots + 1, dtype=torch.bool, device=indices.device)
-    listed.index_fill_(0, indices.reshape(-1).long().clamp_max(num_slots), True)   # -1 (and past the pool): the last
-    chosen = listed[slots.long()]
-    n = min(len(slots), indices.numel())
-    # each chosen write's place among the chosen; the others all go to cell n, thrown away
-    place = torch.where(chosen, torch.cumsum(chosen, 0) - 1, n)
-    picked = torch.full((n + 1,), -1, dtype=torch.long, device=indices.device)
-    picked.scatter_(0, place, torch.arange(len(slots), device=indices.device))
-    picked = picked[:n]
-    return torch.where(picked >= 0, slots[picked.clamp_min(0)], num_slots)
 
 
 def build(case: Case, device) -> SparseCase:
@@ -271,17 +188,6 @@ def build(case: Case, device) -> SparseCase:
     return SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens))
 
 
-def index_stats(indices: torch.Tensor) -> IndexStats:
-    """``IndexStats`` of ``(n, s_q, topk)`` indices on any device: one read-back of four integers."""
-    rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() else indices.reshape(1, 1)
-    if not rows.numel():
-        return IndexStats(-1, -1, rows.shape[0], 0, rows.shape[0])
-    per_row = (rows >= 0).sum(dim=-1)
-    lowest, highest = torch.aminmax(rows)
-    packed = torch.stack([lowest.long(), highest.long(), per_row.sum(), (per_row == 0).sum()]).tolist()
-    return IndexStats(packed[0], packed[1], rows.shape[0], packed[2], packed[3])
-
-
 def estimated_bytes(case: Case) -> dict[str, int]:
     """A sparse case's peak device bytes by part, and their ``total``: the records, the tokens drawn and
     quantized (those written, at most one per index entry; PyTorch's form: bf16 draws, then float32 tiles,
@@ -322,27 +228,3 @@ def chunk_parts(case: Case) -> dict[str, int]:
 def _entries(case: Case) -> int:
     """Index entries of the case: query rows times ``topk``."""
     return len(query_rows(case, list(draw_seq_lens(case)))) * case.topk
-
-
-def output_buffer(inputs: SparseInputs) -> torch.Tensor:
-    """The engine's output buffer: poisoned bf16 between guard regions (``integrity``)."""
-    n, s_q, heads, _ = inputs.q.shape
-    return poisoned((n, s_q, heads, inputs.d_v), torch.bfloat16, inputs.device)
-
-
-def validate_indices(indices: torch.Tensor, num_slots: int, stats: IndexStats | None = None):
-    """Refuse, with one line, indices a kernel must not be launched on: int32 ``(n, s_q, topk)``, each
-    entry -1 or a slot in ``[0, num_slots)``.  ``stats``: the indices' ``IndexStats`` when known (then
-    nothing is read back unless an entry is out of range)."""
-    if indices.dim() != 3 or indices.dtype != torch.int32:
-        raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
-                         f"{tuple(indices.shape)}")
-    if not indices.numel():
-        return
-    stats = stats or index_stats(indices)
-    lowest, highest = stats.lowest, stats.highest               # the mask below only to name an entry
-    if lowest < -1 or highest >= num_slots:
-        row, q, j = (int(x) for x in ((indices < -1) | (indices >= num_slots)).nonzero()[0])
-        raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "
-                         f"the pool's {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
-                         f"other value, out of bounds or not)")
