@@ -12,7 +12,7 @@ the next launch or at the comparison's transfer, outside the kernel phase, so it
 is still the harness's; one in the kernel surfaces in the kernel phase.  A case
 in a chunk of several does not wait around its kernel: each wait lets the GPU
 switch to another worker's context, and with several workers that cost more than
-the waits themselves (docs/gpu-runs.md).  Should such a chunk lose its device,
+the waits themselves (docs/archive/gpu-runs-history.md).  Should such a chunk lose its device,
 its faults cannot be placed, so none is: each of its cases runs again alone
 (``chunk.run_chunk``, ``isolation``).  Whether a case waits is an argument, ``waits``,
 handed from ``chunk.run_chunk`` through ``scenarios.start`` to each launch; the phase

@@ -1,4 +1,4 @@
-"""A kernel that fixes a parameter (issue 28, item 4): every case runs at the kernel's value, as data.
+"""A kernel that fixes a parameter: every case runs at the kernel's value, as data.
 
 FlagGems' ``flash_mla`` has no softmax-scale argument and computes ``1 / math.sqrt(d)``.  A backend
 declares that in ``Capabilities.fixed_softmax_scale``; the oracle then computes at it, the row records

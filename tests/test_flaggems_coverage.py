@@ -1,4 +1,4 @@
-"""FlagGems' coverage of the default suites (issue 28): every decode case reaches one of its two MLA kernels
+"""FlagGems' coverage of the default suites: every decode case reaches one of its two MLA kernels
 (the graph cases through its ``graph_session``) or is refused for a reason that quotes the kernel.  Read
 from the backends' declarations, without importing flag_gems (docs/kernel-backends.md, "FlagGems
 coverage").  Where flag_gems is installed, each quoted line is found in its source."""

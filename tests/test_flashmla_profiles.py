@@ -1,7 +1,7 @@
-"""The FlashMLA backend's engine profiles (issue 28, item 5): SGLang 0.5.23 calls the same kernel with a
+"""The FlashMLA backend's engine profiles: SGLang 0.5.23 calls the same kernel with a
 grown eager block-table scratch (stale tails) and CUDA-graph metadata as ``(num_sms, 8)`` views.
 
-The kernel needs an H200 (scripts/gpu/flashmla_profile.sh); here, on the CPU, what the profile hands the
+The kernel needs an H200 (its run there: docs/gpu-runs.md); here, on the CPU, what the profile hands the
 kernel: the scratch table against the case's, the graph session's metadata buffers with a stand-in API,
 the spec, and the rows.
 """

@@ -1,5 +1,5 @@
 """``run --gpus``: worker sets pinned one per GPU, a memory gate per GPU, a lost GPU's cases run again
-elsewhere (issue 30).  No GPU here: ``MLA_VERIFY_FAKE_GPUS`` makes ``harness.running.gpus`` report pretend ones,
+elsewhere.  No GPU here: ``MLA_VERIFY_FAKE_GPUS`` makes ``harness.running.gpus`` report pretend ones,
 the workers are pinned to them by ``CUDA_VISIBLE_DEVICES`` all the same, and the kernels run on the CPU."""
 
 import json

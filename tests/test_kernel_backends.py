@@ -1,4 +1,4 @@
-"""The kernel backends of issue 14 on a machine without their packages or a GPU.
+"""The kernel backends beyond FlashMLA on a machine without their packages or a GPU.
 
 What can be checked here: the conventions each one declares, that each one is
 listed with whether it imports and why not, that GPU-only backends are recorded

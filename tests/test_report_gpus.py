@@ -1,4 +1,4 @@
-"""The report with rows from two GPU models (issue 30 item 3): the kernel x GPU model table, a case that
+"""The report with rows from two GPU models: the kernel x GPU model table, a case that
 fails on one model only as a finding naming both, the matrix's columns per model, and nothing new with one
 model.  Rows are a real CPU run's, stamped as if run on an H100 and an H200 (old rows: env.gpu alone)."""
 

@@ -1,4 +1,4 @@
-"""--resume keeps a row only when the same kernel, case definition and mla-verify made it (issue 25, item 2).
+"""--resume keeps a row only when the same kernel, case definition and mla-verify made it.
 
 Before, a row matched on the backend's name and the case id alone: after the kernel changed (same name,
 a new version returning NaN) 0 cases ran and the verdict was PASSED; after a case's TOML changed the old

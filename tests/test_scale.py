@@ -1,4 +1,4 @@
-"""Serving scale (issue 12): spread pools, shared prefixes, large batches, and the fit check.
+"""Serving scale: spread pools, shared prefixes, large batches, and the fit check.
 
 The real scale suite needs a GPU; here its code paths run on small stand-ins:
 a pool past 2^16 pages with narrow tokens, shared prefixes and a batch of 256

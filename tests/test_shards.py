@@ -1,4 +1,4 @@
-"""``run --shard K/N`` and merging shards with ``report`` (issue 30)."""
+"""``run --shard K/N`` and merging shards with ``report``."""
 
 import functools
 import json

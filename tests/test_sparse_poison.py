@@ -1,4 +1,4 @@
-"""Every record no index selects is poisoned, its scale and rope bytes included (issue 27 item 2), so a kernel
+"""Every record no index selects is poisoned, its scale and rope bytes included, so a kernel
 that reads outside every key set, its own request's unselected tokens included, reads NaN; every selected
 record holds its token."""
 

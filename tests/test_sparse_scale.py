@@ -18,7 +18,7 @@ def test_the_suite_covers_the_issues_scale():
 def test_a_case_over_the_budget_is_unsupported_with_its_estimate_before_anything_is_built(monkeypatch):
     """The runner's precheck budgets a sparse case with its own estimate (``resources.too_large_reason``),
     against memory measured before any worker ran: measured inside a worker, three others' cases made two
-    upstream cases "too large" on an H200 they fit (docs/gpu-runs.md, 2026-12-04)."""
+    upstream cases "too large" on an H200 they fit (docs/archive/gpu-runs-history.md, 2026-12-04)."""
     case = next(c for c in load_suite("sparse").cases if c.id == "sparse/corners/0")
     need = estimated_bytes(case)
     assert need["total"] == sum(v for k, v in need.items() if k != "total") > 0

@@ -1,4 +1,4 @@
-"""The pieces crash isolation is made of (issue 26, item 5) and the light command line (item 6).
+"""The pieces crash isolation is made of, and the light command line.
 
 The memory gate is a pure function, tested on numbers; a worker's state is one ``State``, moved by
 what the event loop hears; ``run`` parses with argparse and starts its spares before torch is imported.

@@ -11,7 +11,7 @@ Two packages ship the kernel, with two API forms:
   computed from the seq lens before the call, as SGLang does, and so CUDA-graph
   replay can copy fresh metadata into fixed buffers.
 
-The seed's conventions (../shared/seed/flashmla_backend.txt): q ``(bs, s_q, h,
+The seed's conventions (SGLang's ``attention/flashmla_backend.py``): q ``(bs, s_q, h,
 576)``, ``head_dim_v = 512``, ``causal=True``, ``cache_seqlens = seq_lens`` for
 decode and ``seq_lens + num_draft_tokens`` for target-verify, metadata for
 ``num_draft_tokens * h_q`` query tokens per KV head.  fp8: KV in e4m3, q quantised
@@ -112,7 +112,7 @@ def find_api():
 class FlashMLABackend(Backend):
     name = "flashmla"
     capabilities = Capabilities(
-        # fp16 and kv_heads > 1 run on the H200 (scripts/probe_flashmla.py, docs/gpu-runs.md);
+        # fp16 and kv_heads > 1 run on the H200 (scripts/probe_flashmla.py, docs/archive/gpu-runs-history.md);
         # page size 32 is refused by the kernel ("page_block_size must be 64").
         modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3"), devices=("cuda",),
         page_sizes=(PAGE_SIZE,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,

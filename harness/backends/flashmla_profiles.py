@@ -4,7 +4,7 @@ A profile changes what the engine hands the kernel, never the kernel or the orac
 backend spec, ``--backend flashmla@sglang-0.5.23``; the backend's name then carries the profile (a row
 names it, and a file may hold both profiles' rows side by side), and so does ``Capabilities.engine``.
 
-- ``seed`` (../shared/seed/flashmla_backend.txt): a fresh ``-1``-padded block table per eager call; graph
+- ``seed`` (SGLang's ``flashmla_backend.py`` as seeded): a fresh ``-1``-padded block table per eager call; graph
   metadata buffers shaped as the metadata of ``torch.ones(max_bs)``, fresh metadata copied over them whole.
 - ``sglang-0.5.23`` (``sglang/srt/layers/attention/flashmla_backend.py``):
   * ``_eager_block_kv_indices``: one eager block-table scratch per backend, ``torch.full(..., -1)`` and grown

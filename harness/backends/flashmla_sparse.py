@@ -12,7 +12,7 @@ calls it for an fp8 cache on Hopper (``flashmla_kv`` in ``dsa_backend.py``, thro
   own tests pass one, so a case with a sink passes it too).
 
 The kernel dequantizes a record as ``bf16(e4m3 * bf16(scale))`` (the wheel's SM90 source, noted in
-../shared/notes/sparse-mla.md; docs/sparse.md): the oracle's ``bf16_product`` view.
+docs/sparse.md): the oracle's ``bf16_product`` view.
 """
 
 import importlib
@@ -43,7 +43,7 @@ class FlashMLASparseBackend(Backend):
         # V4's 584-byte records: the wheel tells the formats apart by bytes per token (its docstring: "The
         # format is detected from `bytes_per_token`"); FlashMLA's own V4 cases ran with use_legacy=True
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
-        # "On SM90, topk must be a multiple of 64" (../shared/notes/sparse-mla.md, from the wheel's source)
+        # "On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel's source)
         topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
         engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)")
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case

@@ -23,7 +23,7 @@ is their logsumexp, as SGLang's context-parallel merge does.  The extend kernel
 writes ``lse_extend`` (natural log, -inf for a row with no key).
 
 On CPU the kernels run under ``TRITON_INTERPRET=1`` in fp16; the interpreter
-mishandles bf16 (../shared/notes/kernels.md).
+mishandles bf16 (tests/test_triton_cpu.py).
 """
 
 import math
@@ -69,7 +69,7 @@ class TritonKernels(LazyKernel):
                 return "Triton kernels run on CPU only under TRITON_INTERPRET=1 (not set)"
             if case.dtype != "fp16":
                 return (f"{case.dtype} on CPU: Triton's interpreter mishandles bf16, and fp8 cases carry a "
-                        "bf16 q (../shared/notes/kernels.md); the CPU lane runs fp16")
+                        "bf16 q; the CPU lane runs fp16")
         return None
 
     def package_info(self, api: str) -> dict:

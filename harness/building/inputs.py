@@ -46,7 +46,7 @@ def draw_normal(shape: tuple, gen: torch.Generator, dtype: torch.dtype) -> torch
 
     On a GPU, a draw whose float32 form would be drawn in one piece is drawn in ``dtype`` directly:
     the kernel draws in float32 and rounds as it stores, so the bits are the same without a float32
-    tensor and its copy (checked bit for bit on the H200, ``scripts/gpu/draws.py``).  A larger one is
+    tensor and its copy (checked bit for bit on the H200: docs/archive/gpu-runs-history.md).  A larger one is
     drawn in float32, as it always was: its pieces would fall elsewhere in ``dtype``, and so its draws.
     """
     if gen.device.type == "cuda" and math.prod(shape) <= FLOAT32_DRAW_IN_ONE:

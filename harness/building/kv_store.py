@@ -45,7 +45,7 @@ def write_kv(pool: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, sour
 
     A token moves as one row of the widest integer its bytes divide into: the same bits, with a
     quarter of the index arithmetic of 2-byte elements (the scatter was the largest part of a long
-    case's input building on the H200, docs/gpu-runs.md).
+    case's input building on the H200, docs/archive/gpu-runs-history.md).
     """
     slot_rows = _token_rows(pool.view(pool.shape[0] * pool.shape[1], math.prod(pool.shape[2:])))   # never a copy
     token_rows = _token_rows(tokens.flatten(1))

@@ -2,7 +2,7 @@
 
 ``compare_statistics.statistics_torch`` makes about thirty passes over a group's float64 elements (every
 element-wise step and reduction is a launch of its own, with a temporary the group's size); on the H200
-that was a quarter of the upstream matrices' device time (docs/gpu-runs.md).  Here each program reads a
+that was a quarter of the upstream matrices' device time (docs/archive/gpu-runs-history.md). Here each program reads a
 fixed ``SEGMENT`` of one row once, each side in its own dtype, and writes its partial sums, maxima and the
 first place of each maximum; a few PyTorch reductions over the segments finish them.  The maxima are kept
 per lane and reduced once, after the segment's blocks.  The columns of the sums and of the maxima are

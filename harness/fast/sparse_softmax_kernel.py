@@ -4,7 +4,7 @@ PyTorch's five (``reference.sparse.attend_listed``).
 PyTorch's form builds a -inf bias for the invalid entries, broadcasts it into the scores for ``baddbmm``,
 then takes the row maxima, subtracts them, exponentiates and sums: each a pass over the scores, the
 largest float64 tensor of the oracle but the keys (on the H200 these passes took as long as the product
-that makes the scores: docs/gpu-runs.md).  Here the product is a plain ``bmm``, and each program takes a
+making the scores: docs/archive/gpu-runs-history.md).  Here the product is a plain ``bmm``, and each program takes a
 few rows of scores: it scales them (one rounding, as ``baddbmm``'s ``alpha`` after the product), masks the
 invalid entries, keeps the row maximum, then writes the weights ``exp(s - m)`` over the scores and sums
 them.  The sum is added in another order (and cuBLAS may pick another kernel for a product without a

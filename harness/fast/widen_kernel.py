@@ -3,7 +3,7 @@
 
 PyTorch's form copies a block's pages out of the pool (``index_select``), zeroes the keys past each
 request's length through their bits, and widens them into head-major float64 (a strided copy): three
-passes, the last at 1.1 to 1.3 TB/s on the H200, where this kernel moves 3.1 to 3.4 (docs/gpu-runs.md).
+passes, the last at 1.1-1.3 TB/s on the H200, where this kernel moves 3.1-3.4 (docs/archive/gpu-runs-history.md).
 Here each program reads ``BLOCK_KEYS`` keys' ``BLOCK_D`` values at a time straight from their pool rows and
 writes them widened, +0.0 past the request's length.  A bf16, fp16 or float32 value is exact in float64 and
 both forms write +0.0 for padding, so the keys are the same bits either way (``tests/test_widen_kernel.py``);

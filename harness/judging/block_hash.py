@@ -16,7 +16,7 @@ from ..fast.triton_probe import defined_with_triton
 ROWS_PER_PROGRAM = 64             # rows (blocks) one Triton program sums
 SLICE_ROWS = 1 << 18              # the PyTorch form's rows per launch: bounds its temporary to 64 MiB
 # Below this a storage is summed in PyTorch on CUDA too: a Triton launch costs the host about 70 us (its
-# argument handling; the H200's profile, docs/gpu-runs.md), two PyTorch launches about 20, and the
+# argument handling; the H200's profile, docs/archive/gpu-runs-history.md), two PyTorch launches about 20, and the
 # temporary's extra pass over 8 MiB about 5 us of the device's time.
 TRITON_MIN_BYTES = 8 << 20
 
@@ -34,7 +34,7 @@ def block_sums(rows: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
 def warm_up(weights: torch.Tensor):
     """Launch the Triton kernel once, on rows of zeros (nothing is kept): its first launch in a process
     hashes Triton's own sources and loads (or builds) the binary (0.57 s under cProfile on the
-    H200, docs/gpu-runs.md), which a worker would otherwise pay in its first chunk.  No-op without Triton."""
+    H200, docs/archive/gpu-runs-history.md), paid otherwise in a worker's first chunk.  No-op without Triton."""
     kernel = _triton_kernel() if weights.is_cuda else None
     if kernel is not None:
         rows = torch.zeros(ROWS_PER_PROGRAM, weights.numel(), dtype=torch.int64, device=weights.device)

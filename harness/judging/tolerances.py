@@ -17,7 +17,7 @@ the P rounding contributes about 2^-9 · sqrt(sum_i p_i^2 v_i^2) absolute, well
 under atol 5e-3 for unit-variance V, and at worst 2^-8 · sum_i p_i |v_i|, which
 a row of a few large, cancelling values can take past atol: such an element is
 looked at a second time against that worst case (harness/judging/weight_rounding.py;
-sparse rows today).  Measured on FlashMLA on the H200 (docs/gpu-runs.md): see
+sparse rows today).  Measured on FlashMLA on the H200 (docs/archive/gpu-runs-history.md): see
 there for the worst margins seen.
 
 fp16 has 3 more mantissa bits than bf16, so the model's error shrinks by 8x; the bounds shrink by 5x
@@ -29,7 +29,7 @@ the per-element error is about ten times bf16's (a probe of this project on the 
 measured out rel L2 2.1e-2 and cos diff 2.2e-4; docs/kernel-packages.md).  Near zero the
 worst case is the P rounding times the values: 2^-4 * sum_i p_i |v_i| ~ 2^-4 * 0.8
 for unit-variance V, so atol is 2^-3 (twice that); the worst element seen over
-52 fp8 cases on the H200 was 0.056 absolute (docs/gpu-runs.md), 2.2x under it.
+52 fp8 cases on the H200 was 0.056 absolute (docs/archive/gpu-runs-history.md), 2.2x under it.
 The cosine bound 1e-3 is 10x the worst seen there (1.05e-4).
 
 fp8 end to end (against the unquantised bf16 inputs) adds the quantisation of q

@@ -1,4 +1,4 @@
-"""The same kernel on different GPU models, side by side (issue 30: an H100 run merged with an H200 run).
+"""The same kernel on different GPU models, side by side (an H100 run merged with an H200 run).
 
 A row's GPU model is its ``placement`` name, or its environment's GPU for rows written before placement
 existed (``rows.gpu_model``).  Where the rows come from more than one model, each model keeps its own row

@@ -31,7 +31,7 @@ from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from . import resources
 
-# Cases a chunk may hold: fewer chunks are fewer waits.  On the H200 (2026-12-04, docs/gpu-runs.md) the upstream
+# Cases a chunk may hold: fewer chunks are fewer waits.  On the H200 (docs/archive/gpu-runs-history.md) the upstream
 # matrix ran at 363-367 cases/s with 32 and 385 with 64 in one call (4 workers); a later call's runs (360-385)
 # put that within the spread between runs.  The byte budget below still bounds a chunk.
 CHUNK_CASES = 64

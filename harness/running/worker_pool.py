@@ -18,7 +18,7 @@ from . import gpus as gpus_module
 from .worker_process import serve
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
-# out.  On the H200's 16 cores (docs/gpu-runs.md, 2026-12-04, sixth session; runs alternated in one call) the
+# out.  On the H200's 16 cores (docs/gpu-runs.md, 2026-12-04, at 6fe7758; runs alternated in one call) the
 # flashmla-upstream matrix ran at 440, 404 and 371 cases/s with 4 workers and 447, 460, 505 and 510 with 8;
 # the flashmla-sparse-upstream matrix at 181 with 4 and 224 and 234 with 8.  One per 2 cores, at most 8.
 GPU_WORKERS = 8
