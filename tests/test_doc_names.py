@@ -9,7 +9,7 @@ What is checked, and what is not (so the check stays exact):
   ``placement.name``), a check's name (``inputs.unchanged``) or a field of ``Inputs`` (``inputs.out``) is
   taken as that, unresolved as code: ``ROW_SECTIONS`` lists the row's sections by hand (a stale code name
   under one of them is not caught);
-- docs/gpu-runs.md is a dated record: it names the code as it was at each run's commit, so it is not checked.
+- docs/archive/ is history: it names the code as it was at each run's commit, so it is not checked.
 """
 
 import dataclasses
@@ -21,7 +21,7 @@ from helpers import REPO
 from harness.building.inputs import Inputs
 from harness.judging import checks
 
-DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "gpu-runs.md")]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NAME = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 FILE_ENDINGS = {"py", "md", "toml", "sh", "jsonl", "json", "html", "txt", "png", "yml", "whl", "so", "cu", "h",
                 "cuh", "log", "csv", "xml"}
