@@ -1,5 +1,8 @@
 """Do two results files hold the same rows, apart from timings?  Prints the first differences.
 
+Rows are matched by (backend, case id); the timings and ``env.commit`` (the tree a row came from: two
+trees are what this compares) are left out.
+
 Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...] [--close REL]
 (exit 0: the same, 1: they differ)
 --ignore: keys compared to 12 significant digits only, e.g. ``cos_diff,rel_l2`` between trees whose sums
@@ -14,7 +17,7 @@ from collections import Counter
 
 from harness.recording.results import read_rows
 
-TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at"}
+TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at", "commit"}
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("a")
 parser.add_argument("b")
@@ -42,8 +45,8 @@ def differences(x, y, where=""):
         yield f"{where}: {str(x)[:80]} != {str(y)[:80]}"
 
 
-a = {r["case_id"]: r for r in read_rows(args.a)}
-b = {r["case_id"]: r for r in read_rows(args.b)}
+a = {f'{r["case_id"]} [{r.get("backend")}]': r for r in read_rows(args.a)}
+b = {f'{r["case_id"]} [{r.get("backend")}]': r for r in read_rows(args.b)}
 found = [f"{k}: only in one file" for k in sorted(set(a) ^ set(b))]
 found += [d for k in sorted(set(a) & set(b)) for d in differences(a[k], b[k], k)]
 print(f"{len(a)} and {len(b)} rows; {len(found)} difference(s)")
