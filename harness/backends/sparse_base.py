@@ -9,11 +9,12 @@ import math
 from dataclasses import dataclass
 
 from ..planning.cases import Case
+from ..planning.record_formats import FORMATS
 
 
 @dataclass(frozen=True)
 class SparseCapabilities:
-    kv_formats: tuple = ("v32",)
+    kv_formats: tuple | None = ("v32",)   # None: every format of ``record_formats.FORMATS`` (read as data)
     kv_dequant: str = "exact"           # the oracle view its arithmetic starts from: "exact", "bf16_product"
     devices: tuple = ("cpu", "cuda")
     head_padding: tuple = ()            # the engine zero-pads q heads to the first of these that holds them
@@ -35,8 +36,8 @@ class SparseCapabilities:
     def reason_unsupported(self, case: Case, device: str) -> str | None:
         if device not in self.devices:
             return f"device {device} not supported (supports {', '.join(self.devices)})"
-        if case.kv_format not in self.kv_formats:
-            return f"kv_format {case.kv_format} not supported (reads {', '.join(self.kv_formats)})"
+        if case.kv_format not in self.formats():
+            return f"kv_format {case.kv_format} not supported (reads {', '.join(self.formats())})"
         if self.page_sizes is not None and case.page_size not in self.page_sizes:
             return f"page_size {case.page_size} not supported (supports {', '.join(map(str, self.page_sizes))})"
         if self.padded_heads(case.heads) is None:
@@ -50,9 +51,13 @@ class SparseCapabilities:
             return f"{case.draft_tokens} draft tokens; supports at most {self.max_draft_tokens}"
         return None
 
+    def formats(self) -> tuple:
+        """The record formats it reads."""
+        return tuple(FORMATS) if self.kv_formats is None else self.kv_formats
+
     def describe(self) -> dict:
         """What ``mla-verify list`` prints: the inputs it takes, then its conventions."""
-        return {"kv_formats": list(self.kv_formats), "devices": list(self.devices),
+        return {"kv_formats": list(self.formats()), "devices": list(self.devices),
                 "page_sizes": list(self.page_sizes) if self.page_sizes else None,
                 "topk_multiple": self.topk_multiple, "max_draft_tokens": self.max_draft_tokens,
                 **self.conventions()}

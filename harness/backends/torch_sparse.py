@@ -18,27 +18,24 @@ GATHER_ELEMENTS = 1 << 24          # gathered key values per block of query rows
 class TorchSparse:
     """Mixed into ``TorchBackend``: ``run_sparse`` and its steps."""
 
-    sparse_capabilities = SparseCapabilities(kv_formats=("v32", "v4"), kv_dequant="exact",
+    # every record format: it reads each part where the format's data puts it
+    sparse_capabilities = SparseCapabilities(kv_formats=None, kv_dequant="exact",
                                              engine="mla-verify torch (float32 gather per query token)")
 
     # ---- steps a mutant may override ------------------------------------------------
     def sparse_records(self, inputs, slots: torch.Tensor):
-        """The listed slots' parts, from the pool's bytes: e4m3 values and scales as float32
-        ``(m, d_nope)``, ``(m, tiles)``, and the rope values ``(m, d_rope)``."""
+        """The listed slots' parts, from the pool's bytes where the format puts them: the quantized values
+        and scales as float32 ``(m, d_nope)``, ``(m, tiles)``, and the rope values ``(m, d_rope)``."""
         fmt, P = inputs.fmt, inputs.page_size
         pages = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-        page, offset = slots // P, slots % P
-        if fmt.name == "v32":                                         # [512 e4m3][4 float32][64 bf16]
-            rec = pages.view(-1, fmt.bytes_per_token)[slots]
-            scales = rec[:, 512:528].contiguous().view(torch.float32)
-            rope = rec[:, 528:656]
-        else:                                                         # rows [448 e4m3][64 bf16], then scales
-            rec = pages[page[:, None], offset[:, None] * 576 + torch.arange(576, device=slots.device)]
-            scale_at = P * 576 + offset[:, None] * 8 + torch.arange(fmt.tiles, device=slots.device)
-            scales = pages[page[:, None], scale_at].contiguous().view(torch.float8_e8m0fnu).float()
-            rope = rec[:, 448:576]
-        values = rec[:, :fmt.d_nope].contiguous().view(torch.float8_e4m3fn).float()
-        return values, scales, rope.contiguous().view(torch.bfloat16).float()
+        at = slots // P, slots % P
+        rows = pages[:, :P * fmt.row_bytes].unflatten(1, (P, fmt.row_bytes))[at]          # (m, row_bytes)
+        scales_in = rows          # a slot's scales: in its row, or in its part of the block after the rows
+        if fmt.scale_block:
+            scales_in = pages[:, P * fmt.row_bytes:P * fmt.bytes_per_token].unflatten(1, (P, fmt.scale_block))[at]
+        return (_decoded(rows, fmt.values_at, fmt.d_nope, fmt.value_dtype),
+                _decoded(scales_in, fmt.scales_at, fmt.tiles, fmt.scale_dtype),
+                _decoded(rows, fmt.rope_at, fmt.d_rope, fmt.rope_dtype))
 
     def sparse_keys(self, inputs, slots: torch.Tensor) -> torch.Tensor:
         """``(m, d_qk)`` float32 keys: each tile's values times its scale, then the rope values."""
@@ -90,3 +87,10 @@ class TorchSparse:
         if inputs.out is not None and inputs.out.shape == result.shape:
             return inputs.out.copy_(result), lse
         return result.to(torch.bfloat16), lse
+
+
+def _decoded(held: torch.Tensor, start: int, count: int, dtype: str) -> torch.Tensor:
+    """``count`` elements of ``dtype`` (a torch dtype's name) from byte ``start`` of each row of ``held``
+    ``(m, bytes)`` uint8, as float32 ``(m, count)``."""
+    dtype = getattr(torch, dtype)
+    return held[:, start:start + count * dtype.itemsize].contiguous().view(dtype).float()

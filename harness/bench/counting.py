@@ -10,9 +10,10 @@
 
 A sparse call (``count_sparse``) is counted as FlashMLA's sparse-decoding test counts it
 (``lib.count_flop_and_mem_vol_for_decode``, 9241ae3): ``FLOPs = 2 * b * s_q * h_q * topk * (d_qk + d_v)``
-(every listed entry attended, -1 included, as upstream); ``bytes = distinct slots listed * record bytes
-+ q + out`` in bf16, the record 656 bytes (V3.2) or 576 (V4: upstream's figure, without the 8 scale bytes
-of the 584-byte slot).  Upstream's ``indices.unique()`` also counts -1 as one token; here -1 is not read.
+(every listed entry attended, -1 included, as upstream); ``bytes = distinct slots listed * row bytes
++ q + out`` in bf16, a token's row its format's ``RecordFormat.row_bytes``: 656 (V3.2) or 576 (V4: upstream's
+figure, ``kv_token_size``, without the 8 scale bytes a slot keeps after its page's rows).  Upstream's
+``indices.unique()`` also counts -1 as one token; here -1 is not read.
 
 A result is memory-bound when its intensity (FLOP/byte) is below the ridge point
 (matmul rate / copy bandwidth), compute-bound otherwise; its % of ceiling is taken
@@ -73,16 +74,13 @@ def count_inputs(inputs, capabilities) -> Work:
                  out_bytes=out_element_bytes(inputs, capabilities))
 
 
-SPARSE_RECORD_BYTES = {"v32": 656, "v4": 576}     # FlashMLA's kv_token_size: 656 if d_qk == 576 else 576
-
-
 def count_sparse(inputs, indices) -> Work:
     """One sparse call: ``inputs`` a ``SparseInputs`` (q as the model's heads), ``indices`` its index tensor."""
     n, s_q, heads, d_qk = inputs.q.shape
     flops = 2 * n * s_q * heads * inputs.topk * (d_qk + inputs.d_v)
     slots = int(indices[indices >= 0].unique().numel())
     q, out = n * s_q * heads * d_qk * 2, n * s_q * heads * inputs.d_v * 2
-    return Work(flops=float(flops), bytes=float(slots * SPARSE_RECORD_BYTES[inputs.kv_format] + q + out))
+    return Work(flops=float(flops), bytes=float(slots * inputs.fmt.row_bytes + q + out))
 
 
 def ridge(copy_bytes_per_s: float, matmul_flop_per_s: float) -> float:

@@ -1,6 +1,7 @@
-"""The writers and readers of the fp8 token records of DeepSeek sparse MLA caches.  The formats themselves
+"""The writers and readers of the quantized token records of sparse MLA caches.  The formats themselves
 (V3.2's and V4's layouts, ``RecordFormat``, ``FORMATS``) are data a case names, so they live in
 ``planning.record_formats``; they are re-exported here, where the tests and the sparse inputs import them.
+Every offset, stride and dtype is the format's: nothing here knows a format by its name.
 
 Scale policies (how a writer picks a tile's scale from its amax):
 
@@ -32,6 +33,7 @@ from ..planning.record_formats import (  # noqa: F401  (re-exported: see the mod
     RecordFormat,
     check_policy,
     check_view,
+    record_format,
 )
 
 POISON_BYTE = 0xFF
@@ -39,18 +41,19 @@ POISON_BYTE = 0xFF
 
 @dataclass
 class Quantized:
-    """Tokens as a record holds them: e4m3 values, one float32 scale per tile, bf16 rope."""
+    """Tokens as a record holds them: quantized values, one scale per tile (as float32), the rope part."""
 
-    nope: torch.Tensor        # (n, d_nope) float8_e4m3fn
+    nope: torch.Tensor        # (n, d_nope) the format's value dtype (e4m3)
     scales: torch.Tensor      # (n, tiles) float32
-    rope: torch.Tensor        # (n, d_rope) bfloat16
+    rope: torch.Tensor        # (n, d_rope) the format's rope dtype (bf16)
 
 
-def tile_scales(amax: torch.Tensor, policy: str) -> torch.Tensor:
-    """Each tile's scale from its amax (float32), by policy.  ``amax / 448`` is the product ``amax *
-    float32(1 / 448)``: PyTorch's CUDA division by a constant computes that (it can differ from the
-    quotient in the last bit), and written as the product the scales are the same on every device."""
-    ratio = amax.float() * (1.0 / E4M3_MAX)
+def tile_scales(amax: torch.Tensor, policy: str, value_max: float = E4M3_MAX) -> torch.Tensor:
+    """Each tile's scale from its amax (float32), by policy; ``value_max``: the value dtype's largest (448
+    for e4m3).  ``amax / 448`` is the product ``amax * float32(1 / 448)``: PyTorch's CUDA division by a
+    constant computes that (it can differ from the quotient in the last bit), and written as the product
+    the scales are the same on every device."""
+    ratio = amax.float() * (1.0 / value_max)
     if policy == "amax":
         return ratio
     if policy == "ue8m0":         # 2^ceil(log2(r)) said in bits, so no rounding of a log2 decides it
@@ -67,25 +70,37 @@ def quantize(tokens: torch.Tensor, fmt: RecordFormat, policy: str) -> Quantized:
     n = tokens.shape[0]
     tiles = tokens[:, :fmt.d_nope].to(torch.float32, copy=True).view(n, fmt.tiles, fmt.tile)   # scaled in place
     amax = torch.linalg.vector_norm(tiles, ord=torch.inf, dim=-1)               # max |x|, exact, one pass
-    scales = tile_scales(amax, policy)                                          # (n, tiles)
+    scales = tile_scales(amax, policy, fmt.value_max)                           # (n, tiles)
     if policy == "amax":       # SGLang multiplies by the reciprocal and clamps
-        values = tiles.mul_((1.0 / scales)[..., None]).clamp_(-E4M3_MAX, E4M3_MAX)
+        values = tiles.mul_((1.0 / scales)[..., None]).clamp_(-fmt.value_max, fmt.value_max)
     else:                      # FlashMLA's tests divide (|x / scale| <= 448 by construction)
         values = tiles.div_(scales[..., None])
-    nope = values.to(torch.float8_e4m3fn).view(n, fmt.d_nope)
-    return Quantized(nope, scales, tokens[:, fmt.d_nope:].to(torch.bfloat16))
+    nope = values.to(torch_dtype(fmt.value_dtype)).view(n, fmt.d_nope)
+    return Quantized(nope, scales, tokens[:, fmt.d_nope:].to(torch_dtype(fmt.rope_dtype)))
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """A format's dtype name (``record_formats.ELEMENT_BYTES``) as torch's dtype."""
+    return getattr(torch, name)
 
 
 def _page_parts(pool: torch.Tensor, fmt: RecordFormat, page_size: int):
     """Byte views of a pool ``(pages, page_bytes)`` uint8, never copies: rows ``(pages, page_size,
-    row_bytes)`` and scale bytes ``(pages, page_size, tiles * scale_bytes)``."""
-    if not fmt.scales_after_rows:
-        records = pool.unflatten(1, (page_size, fmt.bytes_per_token))
-        return records, records[..., fmt.d_nope:fmt.d_nope + fmt.tiles * fmt.scale_bytes]
+    row_bytes)`` and scale bytes ``(pages, page_size, tiles * scale_bytes)`` (in the rows, or in the block
+    after a page's rows)."""
     rows = pool[:, :page_size * fmt.row_bytes].unflatten(1, (page_size, fmt.row_bytes))
-    scales_at = page_size * fmt.row_bytes
-    scales = pool[:, scales_at:scales_at + page_size * 8].unflatten(1, (page_size, 8))[..., :fmt.tiles]
-    return rows, scales
+    holder = rows
+    if fmt.scale_block:
+        block_at = page_size * fmt.row_bytes
+        holder = pool[:, block_at:block_at + page_size * fmt.scale_block].unflatten(1, (page_size, fmt.scale_block))
+    start, length, _ = fmt.parts()["scales"]
+    return rows, holder[..., start:start + length]
+
+
+def _part(rows: torch.Tensor, fmt: RecordFormat, name: str) -> torch.Tensor:
+    """The bytes of part ``name`` (``values`` or ``rope``) of rows ``(..., row_bytes)``: a view."""
+    start, length, _ = fmt.parts()[name]
+    return rows[..., start:start + length]
 
 
 def _at(slots: torch.Tensor, page_size: int) -> tuple:
@@ -98,13 +113,9 @@ def write_records(pool: torch.Tensor, slots: torch.Tensor, q: Quantized, fmt: Re
     """Store ``q``'s tokens at ``slots`` of ``pool (pages, page_bytes)`` uint8, in place."""
     rows, scale_bytes = _page_parts(pool, fmt, page_size)
     at = _at(slots, page_size)
-    rope_at = fmt.row_bytes - 2 * fmt.d_rope
-    rows[at[0], at[1], :fmt.d_nope] = q.nope.view(torch.uint8)
-    rows[at[0], at[1], rope_at:rope_at + 2 * fmt.d_rope] = q.rope.contiguous().view(torch.uint8)
-    if fmt.scale_bytes == 4:
-        scale_bytes[at] = q.scales.contiguous().view(torch.uint8)
-    else:
-        scale_bytes[at] = q.scales.to(torch.float8_e8m0fnu).view(torch.uint8)
+    _part(rows, fmt, "values")[at] = q.nope.contiguous().view(torch.uint8)
+    _part(rows, fmt, "rope")[at] = q.rope.contiguous().view(torch.uint8)
+    scale_bytes[at] = q.scales.to(torch_dtype(fmt.scale_dtype)).contiguous().view(torch.uint8)
 
 
 def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page_size: int,
@@ -116,9 +127,8 @@ def read_records(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, pag
     got = rows[_at(slots, page_size)]                      # a copy: a gather
     if zeroed is not None:
         got.masked_fill_(zeroed[:, None], 0)
-    nope = got[:, :fmt.d_nope].contiguous().view(torch.float8_e4m3fn)
-    rope_at = fmt.row_bytes - 2 * fmt.d_rope
-    rope = got[:, rope_at:rope_at + 2 * fmt.d_rope].contiguous().view(torch.bfloat16)
+    nope = _part(got, fmt, "values").contiguous().view(torch_dtype(fmt.value_dtype))
+    rope = _part(got, fmt, "rope").contiguous().view(torch_dtype(fmt.rope_dtype))
     return Quantized(nope, read_scales(pool, slots, fmt, page_size, zeroed), rope)
 
 
@@ -128,8 +138,7 @@ def read_scales(pool: torch.Tensor, slots: torch.Tensor, fmt: RecordFormat, page
     raw = _page_parts(pool, fmt, page_size)[1][_at(slots, page_size)]     # a copy: a gather
     if zeroed is not None:
         raw.masked_fill_(zeroed[:, None], 0)
-    raw = raw.contiguous()
-    return raw.view(torch.float32) if fmt.scale_bytes == 4 else raw.view(torch.float8_e8m0fnu).float()
+    return raw.contiguous().view(torch_dtype(fmt.scale_dtype)).float()
 
 
 def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) -> torch.Tensor:

@@ -35,7 +35,13 @@ from .guards import HASH_ROW_BYTES, guarded
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, shared_pages_for
 from .kv_store import first_writes
 from .pool import assign_pages, req_to_token_of
-from .sparse_cache import FORMATS, POISON_BYTE, quantize, write_records
+from .sparse_cache import (  # noqa: F401  (FORMATS: re-exported, see the module doc)
+    FORMATS,
+    POISON_BYTE,
+    quantize,
+    record_format,
+    write_records,
+)
 from .sparse_kernel_inputs import (  # noqa: F401  (re-exported: see the module doc)
     IndexStats,
     SparseCase,
@@ -137,7 +143,7 @@ def build(case: Case, device) -> SparseCase:
     as wide as the context (``req_to_token``, the slots, the tokens) built on ``device``.  It waits for the
     device once, for the indices' ``IndexStats`` (the gate reads them on the host)."""
     device = torch.device(device)
-    fmt = FORMATS[case.kv_format]
+    fmt = record_format(case.kv_format)
     seq_lens = draw_seq_lens(case)
     total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
     host_gen = torch.Generator().manual_seed(case.seed + 2)
@@ -200,7 +206,7 @@ def estimated_bytes(case: Case) -> dict[str, int]:
 
 @cache      # asked for every case by the size check and, chunk after chunk, by the plan
 def _estimate(case: Case) -> dict[str, int]:
-    fmt = FORMATS[case.kv_format]
+    fmt = record_format(case.kv_format)
     total = cache_seqlens_for(case, draw_seq_lens(case))
     layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
     rows = len(query_rows(case, list(draw_seq_lens(case))))

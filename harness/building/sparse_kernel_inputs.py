@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from ..planning.record_formats import FORMATS
+from ..planning.record_formats import RecordFormat, record_format
 from .kernel_inputs import poisoned
 
 
@@ -22,7 +22,7 @@ class SparseInputs:
     them all (``integrity.Witness``), and the kernel's output buffer ``out`` sits between guards."""
 
     q: torch.Tensor                   # (n, s_q, heads, d_qk) bf16: the model's heads (a backend pads them)
-    kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records
+    kv_pool: torch.Tensor             # (pages, page_size, 1, bytes_per_token) uint8: the records (kv_format's)
     indices: torch.Tensor             # (n, s_q, topk) int32: KV slot or -1
     cache_seqlens: torch.Tensor       # (n,) int32: min(tokens seen, topk), a kernel row's longest
     attn_sink: torch.Tensor | None    # (heads,) float32, or None (SGLang passes none)
@@ -45,8 +45,8 @@ class SparseInputs:
         return self.kv_pool.shape[0] * self.kv_pool.shape[1]
 
     @property
-    def fmt(self):
-        return FORMATS[self.kv_format]
+    def fmt(self) -> RecordFormat:
+        return record_format(self.kv_format)
 
     @property
     def heads(self) -> int:

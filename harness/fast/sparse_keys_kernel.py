@@ -8,8 +8,10 @@ their keys, the record read once and the key written once (about 4.6 KB).  The a
 operations in the same order, each correctly rounded: ``exact`` is ``e4m3 * scale`` in float64;
 ``bf16_product`` is ``bf16(e4m3 * bf16(scale))`` in float32 (FlashMLA's SM90 kernel); the rope values are
 widened; a ``zeroed`` entry reads a record of zero bytes.  So the keys are PyTorch's bits, NaN where a
-record holds one (``tests/test_sparse_keys_kernel.py``).  Where Triton does not import or cannot build the
-kernel, ``read_keys`` says no and PyTorch's form runs.
+record holds one (``tests/test_sparse_keys_kernel.py``).  Where each part sits is the format's data
+(``RecordFormat``), handed in as constants (``record_layout``).  Where Triton does not import or cannot
+build the kernel, or the format's dtypes are not those it converts, ``read_keys`` says no and PyTorch's form
+runs.
 """
 
 import functools
@@ -17,6 +19,7 @@ import functools
 import torch
 
 from ..planning.record_formats import FORMATS, RecordFormat, check_view
+from .record_layout import constants, handled, refusal
 from .triton_probe import defined_with_triton, usable
 
 BLOCK = 32           # entries a program reads
@@ -29,8 +32,8 @@ def read_keys(pool: torch.Tensor, slots: torch.Tensor, zeroed: torch.Tensor, fmt
     in ``view``, zeros where ``zeroed`` (a bool per slot): ``dequantize(read_records(...), fmt, view)``'s
     bits.  ``disagree`` (an int32 on the device, or None): set to 1 where some scale read fails
     ``sparse_cache.views_agree`` (left as it is otherwise).  None where the kernel does not apply (off
-    CUDA, another device) or cannot run."""
-    if not (pool.is_cuda and slots.device == pool.device == zeroed.device):
+    CUDA, another device, a format it does not read) or cannot run."""
+    if not (pool.is_cuda and slots.device == pool.device == zeroed.device and handled(fmt, CHUNK)):
         return None
     kernel = usable_kernel(str(pool.device))
     return None if kernel is None else run(kernel, pool, slots, zeroed, fmt, page_size, view, disagree)
@@ -40,17 +43,16 @@ def run(kernel, pool, slots, zeroed, fmt: RecordFormat, page_size: int, view: st
         disagree: torch.Tensor | None = None) -> torch.Tensor:
     """``read_keys`` with this kernel (the tests run it under Triton's interpreter too)."""
     check_view(view)
-    if fmt.d_nope % CHUNK or fmt.tile % CHUNK:
-        raise ValueError(f"format {fmt.name}: its widths are not whole chunks of {CHUNK} values")
+    if not handled(fmt, CHUNK):
+        raise ValueError(refusal(fmt))
     n = slots.numel()
     keys = torch.empty(n, fmt.d_qk, dtype=torch.float64, device=pool.device)
     if n:
         pool = pool.view(torch.uint8)
         flag = disagree if disagree is not None else keys      # any pointer: not written without CHECK_VIEWS
         kernel[(-(-n // BLOCK),)](pool, slots.reshape(-1), zeroed.reshape(-1), keys, flag, n, page_size,
-                                  pool.stride(0), D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile,
-                                  ROW=fmt.row_bytes, SCALES_AFTER_ROWS=fmt.scales_after_rows,
-                                  EXACT=view == "exact", CHECK_VIEWS=disagree is not None, BLOCK=BLOCK, CHUNK=CHUNK)
+                                  pool.stride(0), **constants(fmt), EXACT=view == "exact",
+                                  CHECK_VIEWS=disagree is not None, BLOCK=BLOCK, CHUNK=CHUNK)
     return keys
 
 
@@ -72,30 +74,31 @@ def _triton_kernel(triton, tl):
     """The kernel (``triton_probe.defined_with_triton``: made on first use, None without Triton)."""
 
     # the index arrays may be views at any offset: not specialised on alignment; the pool's page stride is
-    # (a multiple of 16 bytes in both formats), so a record's bytes load 16 at a time
+    # (a multiple of 16 bytes in both shipped formats), so a record's bytes load 16 at a time
     @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr", "zeroed_ptr"])
     def record_keys(pool_ptr, slots_ptr, zeroed_ptr, keys_ptr, disagree_ptr, n, page_size, page_stride,
                     D_NOPE: tl.constexpr, D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
-                    SCALES_AFTER_ROWS: tl.constexpr, EXACT: tl.constexpr, CHECK_VIEWS: tl.constexpr,
-                    BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+                    VALUES_AT: tl.constexpr, ROPE_AT: tl.constexpr, SCALES_AT: tl.constexpr,
+                    SCALE_BLOCK: tl.constexpr, UE8M0: tl.constexpr, EXACT: tl.constexpr,
+                    CHECK_VIEWS: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
         entry = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = entry < n
         slot = tl.load(slots_ptr + entry, mask=inside, other=0).to(tl.int64)
         live = inside & (tl.load(zeroed_ptr + entry, mask=inside, other=1) == 0)   # a zeroed entry reads 0
         page, offset = slot // page_size, slot % page_size
         row = page * page_stride + offset * ROW                                     # int64: large pools
-        if SCALES_AFTER_ROWS:       # V4: the page's ue8m0 scales, 8 bytes a slot, after all its rows
-            scales = page * page_stride + page_size * ROW + offset * 8
-        else:                       # V3.2: float32 scales after the values
-            scales = row + D_NOPE
+        if SCALE_BLOCK:             # the slot's part of the block after all the page's rows (V4)
+            scales = page * page_stride + page_size * ROW + offset * SCALE_BLOCK + SCALES_AT
+        else:                       # in the slot's row (V3.2)
+            scales = row + SCALES_AT
         key = keys_ptr + entry[:, None] * (D_NOPE + D_ROPE)
         for start in tl.static_range(0, D_NOPE, CHUNK):
             column = start + tl.arange(0, CHUNK)
-            raw = tl.load(pool_ptr + row[:, None] + column[None, :], mask=live[:, None], other=0)
+            raw = tl.load(pool_ptr + row[:, None] + VALUES_AT + column[None, :], mask=live[:, None], other=0)
             value = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
             # e4m3fn's one NaN (0x7F, either sign), said outright: Triton's interpreter reads it as a number
             value = tl.where((raw & 0x7F) == 0x7F, float("nan"), value)
-            if SCALES_AFTER_ROWS:   # ue8m0 byte b is 2^(b - 127): byte 0 the subnormal 2^-127, 255 NaN
+            if UE8M0:               # ue8m0 byte b is 2^(b - 127): byte 0 the subnormal 2^-127, 255 NaN
                 b = tl.load(pool_ptr + scales + start // TILE, mask=live, other=0).to(tl.int32)
                 bits = tl.where(b == 0, 0x400000, tl.where(b == 255, 0x7FC00000, b << 23))
                 scale = bits.to(tl.float32, bitcast=True)
@@ -121,7 +124,7 @@ def _triton_kernel(triton, tl):
                 rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
                 out = tl.where(product != product, product, rounded).to(tl.float64)
             tl.store(key + column[None, :], out, mask=inside[:, None])
-        rope_at = (pool_ptr + row + ROW - 2 * D_ROPE).to(tl.pointer_type(tl.bfloat16))
+        rope_at = (pool_ptr + row + ROPE_AT).to(tl.pointer_type(tl.bfloat16))
         column = tl.arange(0, D_ROPE)
         rope = tl.load(rope_at[:, None] + column[None, :], mask=live[:, None], other=0.0)
         tl.store(key + D_NOPE + column[None, :], rope.to(tl.float64), mask=inside[:, None])

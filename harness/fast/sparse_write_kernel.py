@@ -10,15 +10,17 @@ under ``amax`` that is the scale, and the values are times its reciprocal (``div
 are divided by it (exact).  The e4m3 conversion is PyTorch's (nearest, ties to even, as c10's
 ``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both round; NaN is 0x7F with its sign), said in bits so
 that Triton's interpreter converts as the GPU does.  So the pool's bytes are PyTorch's
-(``tests/test_sparse_write_kernel.py``).  Where Triton does not import or cannot build the kernel,
-``write_tokens`` says no and PyTorch's form runs.
+(``tests/test_sparse_write_kernel.py``).  Where each part goes is the format's data (``RecordFormat``), handed
+in as constants (``record_layout``).  Where Triton does not import or cannot build the kernel, or the format's
+dtypes are not those it converts, ``write_tokens`` says no and PyTorch's form runs.
 """
 
 import functools
 
 import torch
 
-from ..planning.record_formats import E4M3_MAX, FORMATS, RecordFormat, check_policy
+from ..planning.record_formats import FORMATS, RecordFormat, check_policy
+from .record_layout import constants, handled, refusal
 from .triton_probe import defined_with_triton, usable
 
 BLOCK = 16           # tokens a program writes
@@ -28,8 +30,9 @@ def write_tokens(pool: torch.Tensor, slots: torch.Tensor, tokens: torch.Tensor, 
                  policy: str) -> bool:
     """Store ``tokens (len(slots), d_qk)`` bf16 at ``slots`` of ``pool (pages, page_bytes)`` uint8 as
     ``write_records(pool, slots, quantize(tokens, fmt, policy), fmt, page_size)`` does, the same bytes.
-    False, with nothing written, where the kernel does not apply (off CUDA, another device) or cannot run."""
-    if not (pool.is_cuda and slots.device == tokens.device == pool.device):
+    False, with nothing written, where the kernel does not apply (off CUDA, another device, a format it does
+    not write) or cannot run."""
+    if not (pool.is_cuda and slots.device == tokens.device == pool.device and handled(fmt)):
         return False
     kernel = usable_kernel(str(pool.device))
     if kernel is None:
@@ -41,15 +44,16 @@ def write_tokens(pool: torch.Tensor, slots: torch.Tensor, tokens: torch.Tensor, 
 def run(kernel, pool, slots, tokens, fmt: RecordFormat, page_size: int, policy: str):
     """``write_tokens`` with this kernel (the tests run it under Triton's interpreter too)."""
     check_policy(fmt, policy)
+    if not handled(fmt):
+        raise ValueError(refusal(fmt))
     if tokens.dtype != torch.bfloat16 or tokens.shape != (slots.numel(), fmt.d_qk):
         raise ValueError(f"tokens must be bf16 ({slots.numel()}, {fmt.d_qk}), got {tokens.dtype} "
                          f"{tuple(tokens.shape)}")
     n = slots.numel()
     if n:
         kernel[(-(-n // BLOCK),)](pool.view(torch.uint8), slots.reshape(-1), tokens.contiguous(), n, page_size,
-                                  pool.stride(0), D_NOPE=fmt.d_nope, D_ROPE=fmt.d_rope, TILE=fmt.tile,
-                                  ROW=fmt.row_bytes, SCALES_AFTER_ROWS=fmt.scales_after_rows,
-                                  AMAX_POLICY=policy == "amax", INVERSE_MAX=1.0 / E4M3_MAX, BLOCK=BLOCK)
+                                  pool.stride(0), **constants(fmt), AMAX_POLICY=policy == "amax",
+                                  INVERSE_MAX=1.0 / fmt.value_max, BLOCK=BLOCK)
 
 
 @functools.cache
@@ -71,18 +75,19 @@ def _triton_kernel(triton, tl):
 
     @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["slots_ptr"])
     def token_records(pool_ptr, slots_ptr, tokens_ptr, n, page_size, page_stride, D_NOPE: tl.constexpr,
-                      D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr,
-                      SCALES_AFTER_ROWS: tl.constexpr, AMAX_POLICY: tl.constexpr, INVERSE_MAX: tl.constexpr,
+                      D_ROPE: tl.constexpr, TILE: tl.constexpr, ROW: tl.constexpr, VALUES_AT: tl.constexpr,
+                      ROPE_AT: tl.constexpr, SCALES_AT: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+                      UE8M0: tl.constexpr, AMAX_POLICY: tl.constexpr, INVERSE_MAX: tl.constexpr,
                       BLOCK: tl.constexpr):
         token = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = token < n
         slot = tl.load(slots_ptr + token, mask=inside, other=0).to(tl.int64)
         page, offset = slot // page_size, slot % page_size
         row = page * page_stride + offset * ROW                                     # int64: large pools
-        if SCALES_AFTER_ROWS:       # V4: the page's ue8m0 scales, 8 bytes a slot, after all its rows
-            scales = page * page_stride + page_size * ROW + offset * 8
-        else:                       # V3.2: float32 scales after the values
-            scales = row + D_NOPE
+        if SCALE_BLOCK:             # the slot's part of the block after all the page's rows (V4)
+            scales = page * page_stride + page_size * ROW + offset * SCALE_BLOCK + SCALES_AT
+        else:                       # in the slot's row (V3.2)
+            scales = row + SCALES_AT
         source = tokens_ptr + token[:, None] * (D_NOPE + D_ROPE)
         for start in tl.static_range(0, D_NOPE, TILE):
             column = start + tl.arange(0, TILE)
@@ -105,16 +110,16 @@ def _triton_kernel(triton, tl):
                     - (141 << 23))                                                    # below 2^-6: units of 2^-9
             normal = (magnitude + ((7 - 127) << 23) + 0x7FFFF + ((magnitude >> 20) & 1)) >> 20
             code = tl.where(magnitude >= (1087 << 20), 0x7F, tl.where(magnitude < (121 << 23), tiny, normal))
-            tl.store(pool_ptr + row[:, None] + column[None, :], ((code & 0xFF) | sign).to(tl.uint8),
+            tl.store(pool_ptr + row[:, None] + VALUES_AT + column[None, :], ((code & 0xFF) | sign).to(tl.uint8),
                      mask=inside[:, None])
-            if SCALES_AFTER_ROWS:   # a ue8m0 byte: the power of two's biased exponent
+            if UE8M0:               # a ue8m0 byte: the power of two's biased exponent
                 tl.store(pool_ptr + scales + start // TILE, (exponent & 0xFF).to(tl.uint8), mask=inside)
             else:
                 at = (pool_ptr + scales + 4 * (start // TILE)).to(tl.pointer_type(tl.float32))
                 tl.store(at, scale, mask=inside)
         column = tl.arange(0, D_ROPE)
         rope = tl.load(source + D_NOPE + column[None, :], mask=inside[:, None], other=0.0)
-        rope_at = (pool_ptr + row + ROW - 2 * D_ROPE).to(tl.pointer_type(tl.bfloat16))
+        rope_at = (pool_ptr + row + ROPE_AT).to(tl.pointer_type(tl.bfloat16))
         tl.store(rope_at[:, None] + column[None, :], rope, mask=inside[:, None])
 
     return token_records
