@@ -13,12 +13,21 @@ import pytest
 import torch
 
 from harness.backends import BUILTIN, KERNELS, builtin_class, builtins_supporting
-from harness.backends.base import FEATURE_MEMBERS, Backend, Capabilities, Feature, Unsupported, features_defined
-from harness.backends.sparse_base import SparseCapabilities
+from harness.backends.base import (
+    FEATURE_MEMBERS,
+    Backend,
+    Capabilities,
+    Feature,
+    SparseSupport,
+    Unsupported,
+    features_defined,
+)
 from harness.errors import InputError
-from harness.planning.cases import Case, case_seed
+from harness.planning.cases import Case, case_seed, validate_case
+from harness.planning.record_formats import FORMATS
 from harness.running.backend_loader import load_backend
 from harness.scenarios import graph
+from harness.scenarios import run as scenarios_run
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = list(BUILTIN)
@@ -71,17 +80,25 @@ def test_capabilities_and_conventions_are_complete(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_sparse_entry_point_declares_its_sparse_capabilities(name):
+def test_a_sparse_entry_point_declares_the_sparse_section_of_its_capabilities(name):
     cls = builtin_class(name)
-    sparse = cls.sparse_capabilities
+    sparse = cls.capabilities.sparse
     if Feature.SPARSE not in cls.features:
         assert sparse is None, name
         return
-    assert isinstance(sparse, SparseCapabilities)
+    assert isinstance(sparse, SparseSupport)
     assert sparse.kv_dequant in ("exact", "bf16_product") and sparse.index_format == "token_slots"
-    assert set(sparse.kv_formats) <= {"v32", "v4"} and sparse.kv_formats
+    assert set(sparse.formats()) <= set(FORMATS) and sparse.formats()
     if name in KERNELS:
-        assert sparse.engine != SparseCapabilities.engine, name
+        assert sparse.engine != SparseSupport.engine, name
+
+
+def test_the_sparse_section_leaves_the_dense_declarations_as_they_were():
+    """``list --json``'s "supports" object and a dense row's ``conventions`` hold no sparse section."""
+    with_sparse = Capabilities(sparse=SparseSupport(kv_formats=("v4",)))
+    assert with_sparse.describe() == Capabilities().describe() and "sparse" not in with_sparse.describe()
+    assert with_sparse.conventions() == Capabilities().conventions()
+    assert builtin_class("torch").capabilities.describe() == Capabilities().describe()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -143,7 +160,25 @@ def test_a_plugin_that_declares_nothing_offers_what_it_defines():
         backend.graph_session(1, 1, None)
     with pytest.raises(InputError, match="run-only has no engine profiles"):
         backend.use_profile("any")
-    assert backend.bug == "" and backend.caught_by == () and backend.sparse_capabilities is None
+    assert backend.bug == "" and backend.caught_by == () and backend.capabilities.sparse is None
+
+
+class SparseWithoutSection(Backend):
+    name = "sparse-without-section"
+
+    def run_sparse(self, inputs):
+        return None, None
+
+
+def test_a_run_sparse_without_a_sparse_section_is_not_called():
+    backend = SparseWithoutSection()
+    assert Feature.SPARSE in type(backend).features and not backend.supports(Feature.SPARSE)
+    case = validate_case(Case(id="protocol/sparse/0", seed=1, scenario="sparse", heads=16, topk=64,
+                              seqlen="list:20"), "test")
+    outcome = scenarios_run(case, backend, "cpu")
+    assert outcome.status.value == "unsupported"
+    assert outcome.reason == ("sparse-without-section declares no sparse capabilities (capabilities.sparse, a "
+                              "SparseSupport), so its run_sparse is not called")
 
 
 def test_a_plugin_subclass_gains_the_features_it_defines_and_only_whole_ones():

@@ -77,7 +77,7 @@ def test_the_graph_cases_it_runs_are_the_bf16_decode_group(classes):
 def test_the_sparse_cases_flaggems_sparse_takes(classes):
     """FlagGems' sparse MLA (``flash_mla_sparse_fwd``) is the ``flaggems-sparse`` backend: it declares every
     sparse case of the default suites runnable."""
-    caps = FlagGemsSparseBackend.sparse_capabilities
+    caps = FlagGemsSparseBackend.capabilities.sparse
     assert classes["sparse"] and all(caps.reason_unsupported(c, "cuda") is None for c in classes["sparse"])
     assert FlagGemsMLABackend.sparse_backend == FlagGemsSparseBackend.name        # the reason names it
     assert no_sparse_reason(FlagGemsMLABackend()).endswith(f"runs as the backend {FlagGemsSparseBackend.name}")

@@ -144,7 +144,7 @@ def test_every_key_builtin_backends_declare_has_words():
         backend = load_backend(name)
         assert OTHER not in in_words(backend.capabilities.describe(), DENSE), name
         if backend.supports(Feature.SPARSE):
-            assert OTHER not in in_words(backend.sparse_capabilities.describe(), SPARSE), name
+            assert OTHER not in in_words(backend.capabilities.sparse.describe(), SPARSE), name
 
 
 def test_an_unknown_key_is_shown_as_key_and_value(tmp_path):

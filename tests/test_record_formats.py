@@ -84,7 +84,7 @@ def test_the_oracle_reads_the_toy_layout_not_another(monkeypatch):
 
 def test_a_backend_declaring_its_formats_refuses_the_toy():
     from harness.backends.flashmla_sparse import FlashMLASparseBackend
-    reason = FlashMLASparseBackend.sparse_capabilities.reason_unsupported(toy_case(), "cuda")
+    reason = FlashMLASparseBackend.capabilities.sparse.reason_unsupported(toy_case(), "cuda")
     assert reason == "kv_format toy not supported (reads v32, v4)"
 
 

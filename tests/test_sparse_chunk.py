@@ -19,7 +19,8 @@ class DeclaredBf16Product(TorchBackend):
     """The torch path declared as FlashMLA's view: two views compared per case (equal for ue8m0 scales,
     apart for amax ones, where the gating comparison fails)."""
 
-    sparse_capabilities = dataclasses.replace(TorchBackend.sparse_capabilities, kv_dequant="bf16_product")
+    capabilities = dataclasses.replace(TorchBackend.capabilities, sparse=dataclasses.replace(
+        TorchBackend.capabilities.sparse, kv_dequant="bf16_product"))
 
 
 def sparse_cases(n: int = 8):

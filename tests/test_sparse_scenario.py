@@ -75,7 +75,7 @@ def test_a_backend_without_a_sparse_entry_point_is_unsupported_with_the_reason()
 
 
 def test_flashmla_sparse_refuses_what_its_kernel_refuses():
-    caps = FlashMLASparseBackend.sparse_capabilities
+    caps = FlashMLASparseBackend.capabilities.sparse
     assert "multiple of 64" in caps.reason_unsupported(sparse_case(topk=100), "cuda")
     assert "none holds them" in caps.reason_unsupported(sparse_case(heads=256), "cuda")
     assert caps.reason_unsupported(sparse_case(heads=16, topk=128), "cuda") is None

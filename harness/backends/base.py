@@ -1,8 +1,8 @@
 """The backend interface: a kernel under test, wrapped so the harness can drive it.
 
-A backend has a name, declares what it supports, and maps ``Inputs`` to
-``(out, lse)``: out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)``.  A case
-outside its declared support is reported as ``unsupported`` with the reason;
+A backend has a name, declares what it supports (``Capabilities``, with a ``sparse`` section where it has a
+sparse entry point), and maps ``Inputs`` to ``(out, lse)``: out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q,
+s_q)``.  A case outside its declared support is reported as ``unsupported`` with the reason;
 it is never skipped silently and never counted as a pass.
 
 ``Backend`` names every member the harness may call.  What a backend offers beyond ``run`` is a
@@ -10,86 +10,13 @@ it is never skipped silently and never counted as a pass.
 every optional member has a documented default here.
 """
 
-import math
-from dataclasses import dataclass
 from enum import Enum
 
 import torch
 
 from ..errors import InputError, Unsupported
-from ..planning.cases import DTYPES, MODES, Case
-from ..planning.fixed_params import fixed_scale
-from .sparse_base import SparseCapabilities
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend supports.  ``None`` means any value."""
-
-    modes: tuple = MODES
-    dtypes: tuple = DTYPES
-    devices: tuple = ("cpu", "cuda")
-    page_sizes: tuple | None = None
-    heads: tuple | None = None
-    kv_heads: tuple | None = None
-    d_qk: tuple | None = None
-    d_v: tuple | None = None
-    max_draft_tokens: int = 8
-    non_causal: bool = True
-    lse_base: str = "e"                 # "e" or "2"; the harness converts base-2 LSE before comparing
-    empty_row_lse: float = math.inf     # what the backend's LSE holds for a row with no visible key
-    has_lse: bool = True                # False: the kernel returns no LSE (run() returns None for it)
-    # Conventions: data the harness reads, never special cases in it.
-    out_dtype: str | None = None        # None: the model dtype (bf16 for fp8 cases); else "bf16", "float32", ...
-    lse_dtype: str = "float32"          # every engine keeps LSE in float32
-    index_format: str = "page_table"    # "page_table", "csr_pages" or "token_slots": what the kernel indexes by
-    fp8_q: str = "quantized_k_scale"    # fp8 cases: q given "quantized_k_scale" (SGLang's FlashMLA path),
-                                        # "model_dtype" (bf16 q, FlashInfer) or "cast_in_kernel" (SGLang Triton)
-    engine: str = "mla-verify"          # whose calling convention this reproduces, e.g. "sglang:flashmla"
-    # A parameter the kernel takes no argument for: every case runs at the kernel's value and the oracle
-    # computes at it (conventions.py); None: the case's.  A number, or a rule's name ("1/sqrt(d_qk)").
-    fixed_softmax_scale: float | str | None = None
-    # The kernel's own words for a limit above, quoted in its unsupported reason: ((what, quote), ...) with
-    # what one of mode, dtype, device, page_size, heads, kv_heads, d_qk, d_v, s_q, non_causal.
-    quoted_limits: tuple = ()
-
-    def __post_init__(self):
-        fixed_scale(self.fixed_softmax_scale, 576)       # an unknown rule or a bad number fails at once
-
-    def reason_unsupported(self, case: Case, device: str) -> str | None:
-        reason = self._limit_reached(case, device)
-        if reason is None:
-            return None
-        what, text = reason
-        quote = dict(self.quoted_limits).get(what)
-        return f"{text}: {quote}" if quote else text
-
-    def _limit_reached(self, case: Case, device: str) -> tuple[str, str] | None:
-        checks = [
-            ("mode", case.mode, self.modes), ("dtype", case.dtype, self.dtypes),
-            ("device", device, self.devices), ("page_size", case.page_size, self.page_sizes),
-            ("heads", case.heads, self.heads), ("kv_heads", case.kv_heads, self.kv_heads),
-            ("d_qk", case.d_qk, self.d_qk), ("d_v", case.d_v, self.d_v),
-        ]
-        for what, value, allowed in checks:
-            if allowed is not None and value not in allowed:
-                return what, f"{what} {value} not supported (supports {', '.join(map(str, allowed))})"
-        if case.s_q > self.max_draft_tokens:
-            return "s_q", f"{case.s_q} query tokens per request; supports at most {self.max_draft_tokens}"
-        if not case.causal and not self.non_causal:
-            return "non_causal", "non-causal attention not supported"
-        return None
-
-    def conventions(self) -> dict:
-        """The conventions a row records: how the kernel was called and what its outputs mean (a fixed
-        parameter only where the kernel has one, so other backends' rows keep their keys)."""
-        fixed = {} if self.fixed_softmax_scale is None else {"fixed_softmax_scale": self.fixed_softmax_scale}
-        return {"engine": self.engine, "index_format": self.index_format, "fp8_q": self.fp8_q,
-                "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse, "has_lse": self.has_lse,
-                "out_dtype": self.out_dtype, "lse_dtype": self.lse_dtype, **fixed}
-
-    def describe(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+from ..planning.cases import Case
+from .capabilities import Capabilities, SparseSupport  # noqa: F401  (re-exported: the interface's declarations)
 
 
 class Feature(Enum):
@@ -97,7 +24,7 @@ class Feature(Enum):
 
     DENSE = "dense"                  # run(inputs): the dense paged MLA call (a sparse-only kernel has none)
     PREPARE = "prepare"              # prepare(inputs): one-time setup kept out of kernel time (a JIT build)
-    SPARSE = "sparse"                # run_sparse(inputs) and sparse_capabilities: the sparse scenario
+    SPARSE = "sparse"                # run_sparse(inputs), with capabilities.sparse: the sparse scenario
     GRAPH = "graph"                  # graph_session(max_bs, max_context_len, inputs): an engine's CUDA graph
     PROFILES = "profiles"            # use_profile(name): the spec NAME@PROFILE
     BENCH_LAUNCH = "bench_launch"    # bench_launch(inputs) -> callable: the launch alone, timed by bench
@@ -106,7 +33,7 @@ class Feature(Enum):
 
 
 FEATURE_MEMBERS = {
-    Feature.DENSE: ("run",), Feature.PREPARE: ("prepare",), Feature.SPARSE: ("run_sparse", "sparse_capabilities"),
+    Feature.DENSE: ("run",), Feature.PREPARE: ("prepare",), Feature.SPARSE: ("run_sparse",),
     Feature.GRAPH: ("graph_session",), Feature.PROFILES: ("use_profile",), Feature.BENCH_LAUNCH: ("bench_launch",),
     Feature.SPLIT_CALL: ("metadata_for", "call"), Feature.CAPTURED_RUN: ("cuda_graph",),
 }
@@ -129,7 +56,6 @@ class Backend:
     name = "unnamed"
     capabilities = Capabilities()
     features: frozenset = frozenset()       # Feature: what it offers beyond the required members
-    sparse_capabilities: SparseCapabilities | None = None   # with run_sparse (Feature.SPARSE)
     sparse_backend: str | None = None    # the backend that runs this kernel's sparse sibling, if it is run apart
     no_graph_session: str | None = None  # why it has no graph_session, in its own words (the graph scenario)
     cuda_graph = False                   # Feature.CAPTURED_RUN, also read from ``capabilities`` (docs/speed.md)
@@ -150,6 +76,8 @@ class Backend:
         """Whether the harness may use ``feature``'s members (``FEATURE_MEMBERS``) on this backend."""
         if feature is Feature.CAPTURED_RUN:   # may be set on an instance, or on its capabilities
             return bool(self.cuda_graph or getattr(self.capabilities, "cuda_graph", False))
+        if feature is Feature.SPARSE:         # run_sparse is called only as its sparse section declares
+            return feature in self.features and self.capabilities.sparse is not None
         return feature in self.features
 
     def unsupported_reason(self, case: Case, device: str) -> str | None:
@@ -177,7 +105,7 @@ class Backend:
         """Feature.PREPARE: one-time setup before the timed call.  By default there is none."""
 
     def run_sparse(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feature.SPARSE: the sparse call (harness/backends/sparse_base.py)."""
+        """Feature.SPARSE: the sparse call, as ``capabilities.sparse`` (``SparseSupport``) declares it."""
         raise Unsupported(no_sparse_reason(self))
 
     def graph_session(self, max_bs: int, max_context_len: int, inputs):
@@ -202,8 +130,12 @@ class Backend:
 
 
 def no_sparse_reason(backend) -> str:
-    """The sparse scenario's reason for a backend without ``run_sparse``, naming the backend that runs the
-    kernel's sparse sibling where it declares one (``sparse_backend``)."""
+    """The sparse scenario's reason for a backend without ``run_sparse`` (or without the sparse section of
+    its capabilities that says how to call it), naming the backend that runs the kernel's sparse sibling
+    where it declares one (``sparse_backend``)."""
+    if Feature.SPARSE in backend.features:
+        return (f"{backend.name} declares no sparse capabilities (capabilities.sparse, a SparseSupport), so its "
+                "run_sparse is not called")
     reason = f"{backend.name} has no sparse entry point (run_sparse): mla-verify calls it for dense paged MLA only"
     sibling = backend.sparse_backend
     return reason + (f"; its sparse kernel runs as the backend {sibling}" if sibling else "")

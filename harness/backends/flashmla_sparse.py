@@ -19,10 +19,9 @@ import importlib
 
 import torch
 
-from .base import Backend, Capabilities, Feature
+from .base import Backend, Capabilities, Feature, SparseSupport
 from .flashmla import INSTALL
 from .optional import dist_version
-from .sparse_base import SparseCapabilities
 
 HEAD_PADDING = (64, 128)
 
@@ -37,15 +36,15 @@ def _import_flash_mla():
 class FlashMLASparseBackend(Backend):
     name = "flashmla-sparse"
     # the dense interface's capabilities: this backend runs the sparse scenario only (unsupported_reason)
-    capabilities = Capabilities(dtypes=("bf16",), devices=("cuda",), d_qk=(576, 512), d_v=(512,), lse_base="e",
-                                index_format="token_slots", engine="sglang dsa_backend flashmla_kv")
-    sparse_capabilities = SparseCapabilities(
-        # V4's 584-byte records: the wheel tells the formats apart by bytes per token (its docstring: "The
-        # format is detected from `bytes_per_token`"); FlashMLA's own V4 cases ran with use_legacy=True
-        kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
-        # "On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel's source)
-        topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
-        engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)")
+    capabilities = Capabilities(
+        dtypes=("bf16",), devices=("cuda",), d_qk=(576, 512), d_v=(512,), lse_base="e",
+        index_format="token_slots", engine="sglang dsa_backend flashmla_kv", sparse=SparseSupport(
+            # V4's 584-byte records: the wheel tells the formats apart by bytes per token (its docstring: "The
+            # format is detected from `bytes_per_token`"); FlashMLA's own V4 cases ran with use_legacy=True
+            kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
+            # "On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel's source)
+            topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
+            engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)"))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
     packages = (("flash_mla", "sgl-flash-mla"),)
     install = INSTALL
@@ -81,7 +80,7 @@ class FlashMLASparseBackend(Backend):
 
     def run_sparse(self, inputs):
         n, s_q, heads, d = inputs.q.shape
-        padded = self.sparse_capabilities.padded_heads(heads)
+        padded = self.capabilities.sparse.padded_heads(heads)
         q = inputs.q
         if padded != heads:                       # SGLang: q_all.new_zeros(...) then copy the real heads
             q = inputs.q.new_zeros(n, s_q, padded, d)

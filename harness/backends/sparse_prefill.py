@@ -15,14 +15,15 @@ dequantizes it (``bf16(e4m3 * bf16(scale))``, ``sparse_cache.dequantize``), so t
 ``bf16_product``.  An unwritten (poisoned) record is a NaN row of that KV, read by no valid index.
 """
 
+import dataclasses
+
 import torch
 
 from ..building.sparse_cache import dequantize, read_records
-from .base import Backend, Capabilities, Feature
+from .base import Backend, Capabilities, Feature, SparseSupport
 from .flaggems_mla import INSTALL as FLAG_GEMS_INSTALL
 from .flashmla import INSTALL as FLASH_MLA_INSTALL
 from .optional import LazyKernel, dist_version
-from .sparse_base import SparseCapabilities
 
 HEAD_PADDING = (64, 128)
 CALL = "flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v, attn_sink)"
@@ -38,7 +39,8 @@ def bf16_kv(inputs) -> torch.Tensor:
 
 
 class SparsePrefillForm(LazyKernel, Backend):
-    """The call both prefill kernels take, with SGLang's head padding around it."""
+    """The call both prefill kernels take, with SGLang's head padding around it.  Each kernel's capabilities
+    are these dense ones with its own sparse section."""
 
     capabilities = Capabilities(dtypes=("bf16",), devices=("cuda",), d_qk=(576, 512), d_v=(512,))
 
@@ -56,7 +58,7 @@ class SparsePrefillForm(LazyKernel, Backend):
 
     def run_sparse(self, inputs):
         n, s_q, heads, d = inputs.q.shape
-        padded = self.sparse_capabilities.padded_heads(heads)
+        padded = self.capabilities.sparse.padded_heads(heads)
         q = inputs.q.new_zeros(n * s_q, padded, d)
         q[:, :heads] = inputs.q.reshape(n * s_q, heads, d)
         sink = inputs.attn_sink
@@ -74,13 +76,13 @@ class FlashMLASparsePrefillBackend(SparsePrefillForm):
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
     packages = (("flash_mla", "sgl-flash-mla"),)
     install = FLASH_MLA_INSTALL
-    sparse_capabilities = SparseCapabilities(
+    capabilities = dataclasses.replace(SparsePrefillForm.capabilities, sparse=SparseSupport(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
         # FlashMLA 9241ae3 csrc/sm90/prefill/sparse/phase1.cuh: "KU_ASSERT(params.topk % (2*B_TOPK) == 0)",
         # B_TOPK = 64 (config.h)
         topk_multiple=128, sink=True, lse_base="e", empty_row_lse=float("inf"),
         engine="sglang dsa_backend flashmla_sparse (flash_mla.flash_mla_sparse_fwd, use_legacy=True) over the "
-               "records dequantized as the SM90 decode kernel does")
+               "records dequantized as the SM90 decode kernel does"))
 
     def kernel(self):
         fwd = self._load()["flash_mla"].flash_mla_sparse_fwd
@@ -96,11 +98,11 @@ class FlagGemsSparseBackend(SparsePrefillForm):
     features = frozenset({Feature.SPARSE})
     packages = (("flag_gems.fused", "flag-gems"),)
     install = FLAG_GEMS_INSTALL
-    sparse_capabilities = SparseCapabilities(
+    capabilities = dataclasses.replace(SparsePrefillForm.capabilities, sparse=SparseSupport(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
         sink=True, lse_base="e", empty_row_lse=float("inf"),
         engine="flag_gems.fused.flash_mla_sparse_fwd (Triton) over the records dequantized as FlashMLA's SM90 "
-               "decode kernel does")
+               "decode kernel does"))
 
     def kernel(self):
         return self._load()["flag_gems.fused"].flash_mla_sparse_fwd

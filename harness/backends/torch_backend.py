@@ -14,12 +14,13 @@ import torch
 from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
 from ..building.pool import pages_for
-from .base import Backend, Feature
-from .torch_sparse import TorchSparse
+from .base import Backend, Capabilities, Feature
+from .torch_sparse import SPARSE_SUPPORT, TorchSparse
 
 
 class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the sparse scenario's path
     name = "torch"
+    capabilities = Capabilities(sparse=SPARSE_SUPPORT)
     features = frozenset({Feature.DENSE, Feature.SPARSE})
     packages = (("torch", "torch"),)
     install = "make setup"

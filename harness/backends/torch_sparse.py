@@ -10,17 +10,19 @@ import math
 
 import torch
 
-from .sparse_base import SparseCapabilities
+from .capabilities import SparseSupport
 
 GATHER_ELEMENTS = 1 << 24          # gathered key values per block of query rows (64 MiB of float32)
 
 
-class TorchSparse:
-    """Mixed into ``TorchBackend``: ``run_sparse`` and its steps."""
+# The torch backend's sparse section (``Capabilities.sparse``): every record format, as it reads each part
+# where the format's data puts it
+SPARSE_SUPPORT = SparseSupport(kv_formats=None, kv_dequant="exact",
+                               engine="mla-verify torch (float32 gather per query token)")
 
-    # every record format: it reads each part where the format's data puts it
-    sparse_capabilities = SparseCapabilities(kv_formats=None, kv_dequant="exact",
-                                             engine="mla-verify torch (float32 gather per query token)")
+
+class TorchSparse:
+    """Mixed into ``TorchBackend``: ``run_sparse`` and its steps (declared by ``SPARSE_SUPPORT``)."""
 
     # ---- steps a mutant may override ------------------------------------------------
     def sparse_records(self, inputs, slots: torch.Tensor):

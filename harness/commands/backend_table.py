@@ -68,7 +68,7 @@ def backend_block(title: str, backend, builtin: bool, here) -> list[str]:
     lines = [title, *package_rows(backend, builtin)]
     lines += capability_rows(backend.capabilities.describe(), DENSE, "", here)
     if backend.supports(Feature.SPARSE):        # a sparse entry point (run_sparse): docs/sparse.md
-        lines += capability_rows(backend.sparse_capabilities.describe(), SPARSE, "sparse ", here)
+        lines += capability_rows(backend.capabilities.sparse.describe(), SPARSE, "sparse ", here)
     note = backend.availability()
     if note is not None:
         lines += row("backend says", note)

@@ -1,8 +1,8 @@
 """A backend's declared capabilities in words, for ``mla-verify list``.
 
-Each key of ``Capabilities.describe()`` (or ``SparseCapabilities.describe()``) becomes a phrase under a
-heading: what the backend runs, its devices, its limits, the kernel's own words for a limit, and its
-conventions.  A value that is no limit (``None``, a default) gives no phrase; a key with no words here is
+Each key of ``Capabilities.describe()`` (or of its sparse section's, ``SparseSupport.describe()``) becomes a
+phrase under a heading: what the backend runs, its devices, its limits, the kernel's own words for a limit,
+and its conventions.  A value that is no limit (``None``, a default) gives no phrase; a key with no words here is
 shown as ``key: value`` under "other", so nothing a backend declares is dropped.
 """
 

@@ -1,7 +1,8 @@
 """``mla-verify list --json``: the machine form scripts read, kept as it was before ``list`` became tables.
 
 The suites as text lines, then per backend its ``info()``, ``capabilities.describe()`` and, for a sparse
-entry point, ``sparse_capabilities.describe()``, each as one JSON object, and its availability note.
+entry point, its sparse section's ``capabilities.sparse.describe()``, each as one JSON object, and its
+availability note.
 """
 
 import json
@@ -56,7 +57,7 @@ def _print_backends(only: str | None):
         print(f"  {label:<18} {json.dumps(backend.info())}")
         print(f"  {'':<18} supports {json.dumps(backend.capabilities.describe())}")
         if backend.supports(Feature.SPARSE):       # a sparse entry point (run_sparse): docs/sparse.md
-            print(f"  {'':<18} sparse {json.dumps(backend.sparse_capabilities.describe())}")
+            print(f"  {'':<18} sparse {json.dumps(backend.capabilities.sparse.describe())}")
         note = backend.availability()
         if note is not None:
             print(f"  {'':<18} {note}")

@@ -10,7 +10,7 @@ some index lists are read (a serving-size pool would not fit in float64), in one
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
 
-A backend declares the view its arithmetic starts from (``SparseCapabilities.kv_dequant``); the
+A backend declares the view its arithmetic starts from (``capabilities.sparse.kv_dequant``); the
 comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where every
 listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal bit for
 bit) the other view shares the first's answer.

@@ -43,7 +43,7 @@ class SparseAnswer:
     @property
     def views(self) -> tuple:
         """The gating view (the backend's), then the recorded one where the kernel's differs."""
-        gating = self.backend.sparse_capabilities.kv_dequant
+        gating = self.backend.capabilities.sparse.kv_dequant
         return (gating,) + ((OTHER_VIEW[gating],) if OTHER_VIEW[gating] else ())
 
     def reset(self):
@@ -119,14 +119,14 @@ def second_look(a: SparseAnswer, gating: list, other: list):
 
 
 def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
-    caps = a.backend.sparse_capabilities
+    caps = a.backend.capabilities.sparse
     exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
     return {"out": Pair(a.out, exp_out, torch.bfloat16),
             "lse": Pair(lse_base_e(a.lse, caps), exp_lse, torch.float32, actual_dtype=a.lse.dtype)}
 
 
 def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
-    other_view = OTHER_VIEW[a.backend.sparse_capabilities.kv_dequant]
+    other_view = OTHER_VIEW[a.backend.capabilities.sparse.kv_dequant]
     failed = [c for c in checks if not c.passed]
     metrics = {c.name: c.to_dict() for c in checks}
     metrics.update({f"{c.name}_{other_view}": c.to_dict() for c in other})
@@ -157,4 +157,4 @@ def _key_set_counts(scase: SparseCase) -> dict:
 
 def _details(a: SparseAnswer) -> dict:
     return {"seq_lens": a.scase.seq_lens, "tokens_seen": a.scase.seen,
-            "sparse_conventions": a.backend.sparse_capabilities.conventions()}
+            "sparse_conventions": a.backend.capabilities.sparse.conventions()}

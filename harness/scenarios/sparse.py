@@ -48,7 +48,7 @@ def refusal(case, backend, device) -> str | None:
         return no_sparse_reason(backend)
     # too large for the machine: the runner's precheck, against memory measured before any worker ran
     # (resources.too_large_reason, with sparse_inputs.estimated_bytes)
-    return backend.sparse_capabilities.reason_unsupported(case, torch.device(device).type)
+    return backend.capabilities.sparse.reason_unsupported(case, torch.device(device).type)
 
 
 def launch(backend, scase: SparseCase, waits: bool = True):
