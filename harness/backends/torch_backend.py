@@ -122,8 +122,6 @@ class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the spars
 
     # ---- the kernel --------------------------------------------------------------------
     def run(self, inputs):
-        if inputs.token_slots is not None:
-            return self.run_token_slots(inputs)
         q = self.load_q(inputs)
         b, s_q, h_q, _ = q.shape
         d_v = inputs.d_v
@@ -142,20 +140,4 @@ class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the spars
             mask = self.visible(pos, seq, s_q, inputs.causal) & in_seq[:, None, :]
             part = self.partial(self.scores(q, keys, inputs.softmax_scale), mask, self.values(keys, d_v))
             out, lse = self.merge(out, lse, *part)
-        return self.finalize(inputs, out, lse)
-
-    def run_token_slots(self, inputs):
-        """Each query token over its own key set (``Inputs.token_slots``: its slots, -1 unused): every
-        query token is a request of one token, its keys gathered slot by slot, in one split."""
-        q = self.load_q(inputs)
-        b, s_q, h_q, d = q.shape
-        slots = inputs.token_slots.long().reshape(b * s_q, -1)                   # (b * s_q, k)
-        valid = slots >= 0
-        pool = inputs.kv_pool.reshape(-1, *inputs.kv_pool.shape[2:])           # one row per slot
-        keys = self.read_keys(inputs, pool[torch.where(valid, slots, torch.zeros_like(slots))])
-        keys = self.clear_outside(keys, valid)
-        part = self.partial(self.scores(q.reshape(b * s_q, 1, h_q, d), keys, inputs.softmax_scale),
-                            valid[:, None, :], self.values(keys, inputs.d_v))
-        out = part[0].view(b, s_q, h_q, inputs.d_v)
-        lse = part[1].view(b, s_q, h_q).transpose(1, 2).contiguous()
         return self.finalize(inputs, out, lse)

@@ -70,8 +70,6 @@ class Inputs:
     host: HostCopy | None = None      # host copies of the table and lengths (see ``host_copy``)
     out: torch.Tensor | None = None   # the output buffer the engine hands the kernel (``output_buffer``), set
     #                                   by the launch: a backend may write its out there or return its own
-    token_slots: torch.Tensor | None = None   # (b, s_q, k) int32: a mode where each query token reads its own
-    #                                   key set, its KV slots (-1 unused); None: the dense form (``key_sets``)
 
     @property
     def device(self) -> torch.device:
@@ -113,20 +111,16 @@ def host_copy(inputs: Inputs) -> HostCopy:
 
 
 def key_sets(inputs: Inputs) -> KeySets:
-    """What each query token reads, on the host (``reference.keysets``): the dense form from the block
-    table and lengths with the causal count, or one key set per query token from ``token_slots``."""
-    if inputs.token_slots is not None:
-        return keysets.per_token(inputs.token_slots.cpu().reshape(-1, inputs.token_slots.shape[-1]).numpy(),
-                                 inputs.page_size)
+    """What each query token reads, on the host (``reference.keysets``): the dense form, from the block
+    table and lengths with the causal count.  (A sparse case's key sets are its index rows,
+    ``SparseInputs.indices``: ``keysets.per_token``'s form.)"""
     host = host_copy(inputs)
     return keysets.dense(host.block_table.numpy(), host.cache_seqlens.tolist(), inputs.page_size, inputs.s_q,
                          inputs.causal)
 
 
 def key_counts(inputs: Inputs) -> list[int]:
-    """How many keys each request of ``key_sets`` has (each query token, for ``token_slots``)."""
-    if inputs.token_slots is not None:
-        return (inputs.token_slots >= 0).sum(-1).reshape(-1).tolist()
+    """How many keys each request of ``key_sets`` has."""
     return host_copy(inputs).cache_seqlens.tolist()
 
 

@@ -41,7 +41,7 @@ from .block_tables import (  # noqa: F401  (re-exported: see the module doc)
     table_from_page_starts,
 )
 from .page_layout import PageLayout, first_true, host_ints  # noqa: F401
-from .pool_gates import validate_block_table, validate_req_to_token, validate_token_slots  # noqa: F401
+from .pool_gates import validate_block_table, validate_req_to_token  # noqa: F401
 
 SPARE_ROWS = 2        # rows of req_to_token past the batch's, as a real pool has
 

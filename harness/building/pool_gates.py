@@ -119,18 +119,3 @@ def validate_block_table(block_table: torch.Tensor, cache_seqlens: torch.Tensor,
         r, p = first_true(out_of_range)
         raise InputError(f"request {r}: block table entry {p} is page {int(table[r, p])}, "
                          f"outside the pool's {num_pages} pages")
-
-
-def validate_token_slots(token_slots: torch.Tensor, batch_size: int, s_q: int, num_slots: int):
-    """Refuse a per-query-token key set (``Inputs.token_slots``) a kernel must not be launched on: it must
-    be int32 ``(batch_size, s_q, k)``, every entry -1 (unused) or a slot in ``[0, num_slots)``."""
-    if token_slots.dim() != 3 or tuple(token_slots.shape[:2]) != (batch_size, s_q):
-        raise InputError(f"token slots shape {tuple(token_slots.shape)} is not ({batch_size}, {s_q}, k)")
-    if token_slots.dtype != torch.int32:
-        raise InputError(f"token slots must be int32, got {token_slots.dtype}")
-    slots = on_host(token_slots)
-    bad = (slots < -1) | (slots >= num_slots)
-    if bad.any():
-        r, i, j = first_true(bad)
-        raise InputError(f"request {r}, query token {i}: key {j} is slot {int(slots[r, i, j])}, "
-                         f"neither -1 nor one of the pool's {num_slots} slots")

@@ -78,8 +78,6 @@ def kernel_view(inputs: Inputs, capabilities) -> Inputs:
         return dataclasses.replace(inputs, q=inputs.q_model, descale_q=None)
     if inputs.mode == "decode":
         return _cast_nope_view(inputs)
-    if inputs.token_slots is not None:     # the widened view renumbers the pages; slots would need it too
-        raise ValueError("the cast_in_kernel verify view of per-token key sets (token_slots) is not built")
     return _extend_view(inputs)
 
 

@@ -1,11 +1,11 @@
 """The reference, called on cases' inputs: what every backend is compared with.
 
 The oracle's unit of work is a key set (``reference.keysets``): what each query token reads.  The dense
-inputs fill it from the block table and lengths; a mode with its own key set per query token
-(``Inputs.token_slots``) fills it with one key set per query token, a request of one token each.
-All the calls handed over together go to ``reference.mla_attention_many`` at once: a chunk of
-small cases shares its launches, and each call gets the bits it gets alone (``reference/batched.py``).  On
-CUDA a block's keys are gathered in one Triton pass (``widen_kernel.fill``, handed over here).
+inputs fill it from the block table and lengths (``inputs.key_sets``); a sparse case's key sets are its
+index rows (``keysets.per_token``'s form), read from its records by ``sparse_oracle``.  All the calls
+handed over together go to ``reference.mla_attention_many`` at once: a chunk of small cases shares its
+launches, and each call gets the bits it gets alone (``reference/batched.py``).  On CUDA a block's keys are
+gathered in one Triton pass (``widen_kernel.fill``, handed over here).
 """
 
 import dataclasses
@@ -20,20 +20,8 @@ from ..fast import widen_kernel
 
 def problem(inputs: Inputs) -> Problem:
     """The attention these inputs ask for, with the key sets read on the host."""
-    q = inputs.q
-    if inputs.token_slots is not None:          # one request of one query token per key set
-        q = q.reshape(-1, 1, *q.shape[2:])
-    return Problem(q, inputs.kv_pool, key_sets(inputs), inputs.softmax_scale, inputs.d_v,
+    return Problem(inputs.q, inputs.kv_pool, key_sets(inputs), inputs.softmax_scale, inputs.d_v,
                    descale_scalar(inputs.descale_q), descale_scalar(inputs.descale_k))
-
-
-def _as_called(result: tuple, inputs: Inputs) -> tuple:
-    """out ``(b, s_q, h_q, d_v)`` and LSE ``(b, h_q, s_q)`` of these inputs, from a problem's result."""
-    if inputs.token_slots is None:
-        return result
-    out, lse = result                          # (b * s_q, 1, h_q, d_v), (b * s_q, h_q, 1)
-    b, s_q = inputs.batch_size, inputs.s_q
-    return out.view(b, s_q, *out.shape[2:]), lse.view(b, s_q, -1).transpose(1, 2)
 
 
 def gains_from_company(inputs: Inputs) -> bool:
@@ -50,8 +38,7 @@ def model_precision(inputs: Inputs) -> Inputs:
 
 def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tuple]:
     """The oracle's ``(out, lse)`` for each of these inputs (for fp8: the quantised q and KV), together."""
-    results = mla_attention_many([problem(inputs) for inputs in calls], compute_dtype, fill_keys=widen_kernel.fill)
-    return [_as_called(result, inputs) for result, inputs in zip(results, calls)]
+    return mla_attention_many([problem(inputs) for inputs in calls], compute_dtype, fill_keys=widen_kernel.fill)
 
 
 def expected(inputs: Inputs, compute_dtype=torch.float64):

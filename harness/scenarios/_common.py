@@ -11,7 +11,7 @@ from reference import descale_scalar
 
 from ..backends.base import Feature
 from ..building.inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
-from ..building.pool import validate_block_table, validate_token_slots
+from ..building.pool import validate_block_table
 from ..errors import RejectedOutput
 from ..judging import diagnostics, oracle
 from ..judging.checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
@@ -47,8 +47,6 @@ def launch(backend, inputs: Inputs, waits: bool = True) -> KernelCall:
     a chunk of several in a worker, ``phases``)."""
     host = host_copy(inputs)      # the table as sent: checking it needs no wait on the device
     validate_block_table(host.block_table, host.cache_seqlens, inputs.num_pages, inputs.page_size)
-    if inputs.token_slots is not None:       # a mode whose query tokens read their own key sets
-        validate_token_slots(inputs.token_slots, inputs.batch_size, inputs.s_q, inputs.num_pages * inputs.page_size)
     inputs = dataclasses.replace(inputs, out=output_buffer(inputs))
     witness = Witness(inputs)
     settle(inputs.device, waits)    # a fault of the harness's work so far surfaces here, before the kernel's phase
