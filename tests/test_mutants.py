@@ -13,8 +13,8 @@ from harness.backends.torch_backend import TorchBackend
 from harness.building.inputs import generate
 from harness.cli import main
 from harness.errors import InputError
-from harness.mutants import MUTANTS, names
-from harness.mutants.sparse import SPARSE_MUTANTS
+from harness.mutants import MUTANTS, NEEDS, names
+from harness.mutants.registry import mutant
 from harness.planning.cases import load_suite
 from harness.running.backend_loader import load_backend
 from harness.scenarios import _common as steps
@@ -32,7 +32,7 @@ ONLY_IN_GROUPS = {
     "nondeterministic": {"determinism"},
     "loads_padded_pages": {"padding"},
     "page_id_16bit": {"spread-pool"},
-    **{name: {"sparse"} for name in SPARSE_MUTANTS},     # their steps run only on the sparse path
+    **{name: {"sparse"} for name in names("sparse")},     # their steps run only on the sparse path
 }
 
 
@@ -80,10 +80,28 @@ def test_targeted_mutant_passes_cases_outside_its_bug(selfcheck, name):
 def test_dense_mutants_pass_the_sparse_case_as_the_clean_backend_does(selfcheck):
     """A dense-only bug never reaches the sparse path: its sparse rows pass, none crash or go unsupported."""
     for verdict in selfcheck.mutants:
-        if verdict.spec.removeprefix("mutant:") in SPARSE_MUTANTS:
+        if MUTANTS[verdict.spec.removeprefix("mutant:")].needs == "sparse":
             continue
         sparse_rows = [r for r in verdict.summary.rows if r["group"] == "sparse"]
         assert sparse_rows and all(r["status"] == "pass" for r in sparse_rows), (verdict.spec, sparse_rows)
+
+
+SPARSE_STEPS = ("run_sparse", "sparse_records", "sparse_keys", "sparse_valid", "sparse_attend", "sparse_sink")
+
+
+@pytest.mark.parametrize("name", names())
+def test_each_mutant_needs_the_cases_of_the_path_it_breaks(name):
+    """One registry for dense and sparse mutants: each declares the cases it needs, and a sparse one is
+    exactly one that overrides a step of the sparse path (``torch_sparse.py``), a dense one none of them."""
+    cls = MUTANTS[name]
+    overrides = {step for step in SPARSE_STEPS if getattr(cls, step) is not getattr(TorchBackend, step)}
+    assert cls.needs in NEEDS and (cls.needs == "sparse") == bool(overrides), (name, cls.needs, overrides)
+
+
+def test_the_registry_takes_only_the_cases_it_knows():
+    with pytest.raises(ValueError, match="needs 'both' \\(known: dense, sparse\\)"):
+        mutant("both_paths", "one line", ("out.element",), needs="both")
+    assert names("sparse") and set(names("sparse")) | set(names("dense")) == set(MUTANTS) == set(names())
 
 
 def test_selfcheck_verdict(selfcheck):
@@ -158,6 +176,15 @@ def test_selfcheck_command_fails_on_a_survivor(tiny_suite, capsys):
     text = capsys.readouterr().out
     assert code == 1
     assert "SURVIVED mutant:nan_empty_rows" in text and "verdict: FAILED" in text
+
+
+def test_a_survivor_whose_suite_has_none_of_the_cases_it_needs_is_told_so(tiny_suite, capsys):
+    code = main(["selfcheck", "--suite", str(tiny_suite), "--mutant", "sink_ignored", "--no-progress"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert ("SURVIVED mutant:sink_ignored: attn_sink not applied (the kernel called without it); expected to be "
+            "caught by out.element, out.cosine; it needs sparse cases (the sparse scenario), and the suite has "
+            "none") in text
 
 
 def test_selfcheck_command_fails_when_the_clean_backend_fails(tiny_suite, capsys, monkeypatch):

@@ -3,7 +3,7 @@ it declares; the clean torch backend passes it (tests/test_sparse_scenario.py)."
 
 import pytest
 
-from harness.mutants.sparse import SPARSE_MUTANTS
+from harness.mutants import MUTANTS, names
 from harness.planning.cases import load_suite
 from harness.recording.status import Status
 from harness.scenarios import run
@@ -14,9 +14,9 @@ def cases():
     return load_suite("sparse").cases
 
 
-@pytest.mark.parametrize("name", sorted(SPARSE_MUTANTS))
+@pytest.mark.parametrize("name", sorted(names("sparse")))
 def test_sparse_mutant_is_killed_by_a_declared_check(cases, name):
-    backend = SPARSE_MUTANTS[name]()
+    backend = MUTANTS[name]()
     for case in cases:                    # the first case that kills it ends the test (CPU time)
         outcome = run(case, backend, "cpu")
         assert outcome.status in (Status.PASS, Status.FAIL), (case.id, outcome.reason)

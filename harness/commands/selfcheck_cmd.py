@@ -39,12 +39,12 @@ class _NoFile:
 
 
 def _mutant_names(chosen) -> list[str]:
-    from ..mutants import MUTANTS
-    names = [n.strip() for arg in chosen or [] for n in arg.split(",") if n.strip()] or list(MUTANTS)
-    unknown = [n for n in names if n not in MUTANTS]
+    from ..mutants import MUTANTS, names
+    asked = [n.strip() for arg in chosen or [] for n in arg.split(",") if n.strip()] or names()
+    unknown = [n for n in asked if n not in MUTANTS]
     if unknown:
-        raise InputError(f"--mutant: unknown mutant '{unknown[0]}' (known: {', '.join(MUTANTS)})")
-    return list(dict.fromkeys(names))
+        raise InputError(f"--mutant: unknown mutant '{unknown[0]}' (known: {', '.join(names())})")
+    return list(dict.fromkeys(asked))
 
 
 def _rows(result):
@@ -130,6 +130,7 @@ def junit_rows(result) -> list[dict]:
 
 
 def report(result, out_path) -> int:
+    from ..mutants import NEEDS
     unsupported = result.clean.summary.count(Status.UNSUPPORTED)
     if unsupported:
         print(f"warning: {unsupported} case(s) unsupported by the clean backend verify nothing")
@@ -137,7 +138,8 @@ def report(result, out_path) -> int:
         if gates(row["status"]):
             print(f"CLEAN FAIL {row['case_id']}: {row['status']}: {row.get('reason')}")
     for m in result.survivors:
-        print(f"SURVIVED {m.spec}: {m.bug}; expected to be caught by {', '.join(m.caught_by)}")
+        unmet = "" if m.suite_meets_needs else f"; it needs {NEEDS[m.needs]}, and the suite has none"
+        print(f"SURVIVED {m.spec}: {m.bug}; expected to be caught by {', '.join(m.caught_by)}{unmet}")
     where = f"; rows: {out_path}" if out_path else ""
     print(f"{len(result.mutants) - len(result.survivors)}/{len(result.mutants)} mutants killed, clean backend "
           f"{'passed' if result.clean_ok else 'FAILED'}, in {result.seconds:.1f} s{where}")
