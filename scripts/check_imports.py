@@ -36,7 +36,7 @@ LAYERS = [
     ["harness.mutants"],
     ["harness.scenarios"],
     ["harness.running"],
-    ["harness.bench", "harness.report", "harness.selfcheck"],
+    ["harness.bench", "harness.report", "harness.selfcheck", "harness.fuzz"],
     ["harness.commands"],
     ["harness.cli"],
 ]

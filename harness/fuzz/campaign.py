@@ -1,0 +1,205 @@
+"""A fuzz campaign: the corpus replayed first, then rounds of drawn cases, each round one
+``runner.run_cases`` call (the workers, isolation, checks and results file of ``run``); a failure with
+a signature not seen yet is shrunk (``shrink``) and kept in the corpus (``corpus``).
+
+Shrink candidates run in one worker process per step (``--workers 0``: in this process), never in the
+results file: only the campaign's own rows are written there.
+"""
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..backends.base import Feature
+from ..recording.status import Status
+from ..running.backend_loader import load_backend
+from ..running.chunk import run_chunk
+from ..running.runner import RunSummary, run_cases
+from ..running.worker_process import worker_job
+from . import corpus
+from .draw import draw_case
+from .profiles import round_specs, spec_for_round
+from .progress import Progress, case_size
+from .shrink import SUITE_SEEDS, Shrunk, shrink, sizes_line
+from .signature import describe, signature
+from .space import Bounds
+
+ROUND_CASES = 32      # drawn cases per run_cases call: as many as run's chunks keep its workers busy with
+
+
+@dataclass
+class Settings:
+    backend_spec: str
+    device: str
+    seed: int
+    cases: int | None            # drawn cases to run; None: until ``seconds`` have passed
+    seconds: float | None
+    bounds: Bounds
+    corpus_dir: str
+    workers: int                 # per worker set, as ``run`` settles it
+    sets: list
+    timeout_s: float
+    chunk_cases: int
+
+
+@dataclass
+class Found:
+    """A signature the campaign met: the first case that showed it, and what shrinking made of it."""
+    sig: tuple
+    case: object
+    spec: str                      # the backend spec it failed on (its engine profile, where it has one)
+    shrunk: Shrunk | None = None
+    kept: Path | None = None
+    existed: bool = False          # the corpus had this shrunk case already
+    confirmed: bool | None = None  # its file, loaded and run alone, failed the same way
+    corpus: bool = False           # shown by a case replayed from the corpus (not shrunk again)
+    cases: int = 0
+    note: str = ""
+
+
+class _Collect:
+    """A results writer that keeps its rows (a shrink's candidates are not the campaign's rows)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def write(self, row):
+        self.rows.append(row)
+
+
+@dataclass
+class _CampaignRows:
+    """The results file, as the campaign writes it: a drawn case's rerun line is the campaign that draws
+    it (a drawn case has no suite file), and each row moves the progress line."""
+    writer: object
+    progress: Progress
+    reruns: dict = field(default_factory=dict)     # case id -> (index, rerun line)
+
+    def write(self, row):
+        if row["case_id"] in self.reruns:
+            index, line = self.reruns[row["case_id"]]
+            row.update(rerun=line, fuzz={"index": index})
+        self.writer.write(row)
+        self.progress.row(row)
+
+
+class Campaign:
+    def __init__(self, settings: Settings, backend, pool, memory, refused=None, progress: Progress | None = None):
+        self.s, self.backend, self.pool, self.memory, self.refused = settings, backend, pool, memory, refused
+        self.progress = progress or Progress()
+        self.specs = round_specs(settings.backend_spec, backend)
+        self.backends = {settings.backend_spec: backend}
+        self.summary = RunSummary()
+        self.found: dict[tuple, Found] = {}
+        self.drawn = 0
+        self.replayed = 0
+
+    def run(self, writer, replay: list) -> RunSummary:
+        """The corpus's cases first, then drawn rounds until the cases or the time are spent."""
+        rows = _CampaignRows(writer, self.progress)
+        started = time.perf_counter()
+        if replay:
+            self.replayed = len(replay)
+            self._round(replay, rows, self.s.backend_spec, drawn=False)
+        rounds = 0
+        while self._more(started):
+            count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - self.drawn)
+            indices = range(self.drawn, self.drawn + count)
+            cases = [self.draw(i) for i in indices]
+            rows.reruns = {c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)}
+            self.drawn += count
+            self._round(cases, rows, spec_for_round(self.specs, self.s.seed, rounds), drawn=True)
+            rounds += 1
+        self.progress.close()
+        return self.summary
+
+    def _more(self, started: float) -> bool:
+        if self.s.cases is not None:
+            return self.drawn < self.s.cases
+        return time.perf_counter() - started < self.s.seconds
+
+    def draw(self, index: int):
+        b = self.backend
+        return draw_case(self.s.seed, index, self.s.bounds, dense=b.supports(Feature.DENSE),
+                         sparse=b.supports(Feature.SPARSE), refused=self.refused)
+
+    def rerun_line(self, index: int) -> str:
+        """The command that draws case ``index`` again: the campaign up to it."""
+        bounds = "".join(f" --{k.replace('_', '-')} {v}" for k, v in dataclasses.asdict(self.s.bounds).items()
+                         if v != getattr(Bounds(), k))
+        return (f"mla-verify fuzz --backend {self.s.backend_spec} --device {self.s.device} --seed {self.s.seed} "
+                f"--cases {index + 1}{bounds}")
+
+    def backend_for(self, spec: str):
+        if spec not in self.backends:
+            self.backends[spec] = load_backend(spec)
+        return self.backends[spec]
+
+    def _round(self, cases: list, rows: _CampaignRows, spec: str, drawn: bool):
+        """One run_cases call; then each failure counted, and a new signature shrunk."""
+        before = len(self.summary.rows)
+        self._warm(spec, self.s.workers, [s.pin for s in self.s.sets])
+        run_cases(cases, self.backend_for(spec), spec, self.s.device, rows, progress=False,
+                  workers=self.s.workers, timeout_s=self.s.timeout_s, summary=self.summary,
+                  chunk_cases=self.s.chunk_cases, memory=self.memory, sets=self.s.sets, pool=self.pool)
+        by_id = {c.id: c for c in cases}
+        new: dict[tuple, list] = {}          # a signature first met in this round: its cases and rows
+        for row in self.summary.rows[before:]:
+            sig = signature(row)
+            if sig is None:
+                continue
+            case = by_id[row["case_id"]]
+            self.progress.failed(case, sig)
+            if sig in self.found:
+                self.found[sig].cases += 1
+            else:
+                new.setdefault(sig, []).append((case_size(case), case.id, case, row))
+        for sig, failing in new.items():
+            _, _, case, row = min(failing, key=lambda f: f[:2])     # the smallest is the quickest to shrink
+            self.found[sig] = self._shrunk(case, row, sig, spec, rows.reruns[case.id][1]) if drawn else \
+                Found(sig, case, spec, corpus=True)
+            self.found[sig].cases = len(failing)
+        self.progress.round_done()
+
+    def _shrunk(self, case, row: dict, sig: tuple, spec: str, drawn_by: str) -> Found:
+        """The failure shrunk, kept in the corpus, and its file run once more, alone."""
+        found = Found(sig, case, spec)
+        if row["status"] == Status.TIMEOUT:
+            found.note = "a timeout is not shrunk: each rerun of it could take --timeout"
+            return found
+        found.shrunk = result = shrink(case, row, lambda cases: self.rerun(cases, spec))
+        if result.case is None:
+            found.note = (f"not shrunk: run as a suite file (its lengths written out, {SUITE_SEEDS} seeds) "
+                          "it did not fail the same way; its failure hangs on the drawn values")
+            return found
+        notes = [f"mla-verify fuzz: {describe(sig)}", f"backend: {spec}; shrunk from {case.id}, "
+                 f"drawn by: {drawn_by}", f"shrunk: {sizes_line(case, result.case)}"]
+        loaded, found.existed = corpus.keep(self.s.corpus_dir, result.case, result.suite_seed,
+                                            f"mla-verify fuzz: {describe(sig)} on {spec}", notes)
+        found.kept = Path(loaded.suite_file)
+        found.confirmed = signature(self.rerun([loaded], spec)[0]) == sig
+        self.progress.failed(result.case, sig)
+        return found
+
+    def rerun(self, cases: list, spec: str) -> list[dict]:
+        """Run shrink candidates, each alone, in a worker process (one worker for them all: a crash costs
+        its case only, ``isolation``); their rows, in order."""
+        ids = [f"fuzz-shrink/candidate/{k}" for k in range(len(cases))]
+        workers = 1 if self.s.workers else 0
+        self._warm(spec, workers, [None])
+        collect = _Collect()
+        run_cases([dataclasses.replace(c, id=i) for c, i in zip(cases, ids)], self.backend_for(spec), spec,
+                  self.s.device, collect, progress=False, workers=workers, timeout_s=self.s.timeout_s,
+                  chunk_cases=1, memory=self.memory, pool=self.pool)
+        by_id = {r["case_id"]: r for r in collect.rows}
+        return [by_id[i] for i in ids]
+
+    def _warm(self, spec: str, workers: int, pins: list):
+        """Spares for the coming call, and one more per set, loading while this call runs, for the next
+        (a worker's start, its imports, is most of a small call's time)."""
+        if not workers:
+            return
+        self.pool.start_spares(workers + 1, pins=pins)
+        self.pool.load_in_spare(worker_job(spec, self.s.device, run_chunk, workers * len(pins)),
+                                (workers + 1) * len(pins))

@@ -1,0 +1,60 @@
+"""What ``fuzz`` draws from: the values the shipped suites (``cases/*.toml``) give each case field, with
+the weight each is drawn with, and the bounds that keep a drawn case quick on a CPU.
+
+The suites test these values in chosen combinations; a campaign draws other combinations of the same
+values.  A weight is a relative frequency: the common serving values are drawn most.
+"""
+
+from dataclasses import dataclass
+
+from ..planning.case import DEEPSEEK_SOFTMAX_SCALE, INDEX_PATTERNS, PADDINGS, SINKS, VERIFY_ROWS
+
+# (value, weight) pairs
+DENSE_DTYPES = (("bf16", 4), ("fp16", 2), ("fp8_e4m3", 3), ("fp8_e5m2", 1))
+DENSE_HEADS = tuple((h, 1) for h in (1, 3, 4, 8, 9, 16, 32, 63, 64, 126, 128))   # decode, verify, upstream
+KV_HEADS = ((1, 6), (2, 1), (3, 1), (8, 1))                                       # flashmla-upstream's h_kv
+SPARSE_HEADS = ((16, 1), (64, 1), (128, 1))
+# scenario: call most; graph where the backend has a graph session (a CUDA device), refused otherwise
+DENSE_SCENARIOS = (("call", 8), ("padding", 1), ("determinism", 1), ("batch_invariance", 1), ("graph", 1))
+SPARSE_SHARE = 0.25                                  # of drawn cases, on a backend with a sparse entry point
+# (d_qk, d_v): DeepSeek's 576/512, and the 16/8 tokens selfcheck's spread pool uses to stay small
+DENSE_DIMS = (((576, 512), 15), ((16, 8), 1))
+DENSE_SCALES = ((DEEPSEEK_SOFTMAX_SCALE, 4), (576 ** -0.5, 1))               # FlagGems' fixed 1/sqrt(576)
+K_SCALES = ((None, 6), (1.0, 1), (0.25, 1), (0.02, 1), (0.004, 1))           # fp8 only
+PADDING_POLICIES = tuple((p, 4 if p == "minus_one" else 1) for p in PADDINGS)
+EXTRA_PAGES = ((4, 4), (0, 1), (1, 1), (16, 1))
+SPREAD_POOL_SHARE = 1 / 8                            # pool_pages > 0: live pages spread over a larger pool
+SPREAD_EXTRA_PAGES = 1024                            # at most this many pages past what the draw needs
+WRAPPING_POOL = 65600                                # selfcheck's: page ids past 65,535 (16-wide tokens only)
+SHARED_PREFIX_SHARE = 1 / 8
+SHARED_PREFIX_PAGES = ((1, 2), (2, 1), (4, 1))
+NON_CAUSAL_SHARE = 1 / 8                             # verify: flashmla-upstream runs causal false too
+CACHE_LENGTHS_SHARE = 1 / 8                          # verify: lengths drawn as cache_seqlens (upstream)
+VERIFY_SHARE = 0.5
+DRAFTS = tuple((d, 1) for d in range(1, 9))
+
+# sparse: flashmla-sparse-upstream's page sizes and topk, sparse.toml's defaults weighted up
+SPARSE_PAGE_SIZES = ((64, 6), (2, 1), (53, 1), (61, 1), (69, 1), (256, 1), (576, 1))
+TOPKS = ((64, 2), (128, 2), (256, 1), (512, 1), (576, 1), (2048, 1))
+# (kv_format, d_qk, scale policies, softmax scale): V3.2 at DeepSeek's scale or upstream's, V4 at upstream's
+SPARSE_FORMATS = ((("v32", 576, ("amax", "ue8m0"), DEEPSEEK_SOFTMAX_SCALE), 3),
+                  (("v32", 576, ("amax", "ue8m0"), 0.030322683585054203), 1),
+                  (("v4", 512, ("ue8m0",), 0.032352028870043036), 2))
+SINK_CHOICES = tuple((s, 2 if s == "none" else 1) for s in SINKS)
+INDEX_CHOICES = tuple((p, 3 if p == "random" else 1) for p in INDEX_PATTERNS)
+VERIFY_ROW_CHOICES = tuple((v, 1) for v in VERIFY_ROWS)
+
+# seqlen distributions (harness/planning/seqlens.py), by weight
+SEQLEN_KINDS = (("uniform", 3), ("longtail", 2), ("equal", 2), ("boundary", 1), ("normal", 1), ("list", 2))
+EMPTY_ROW_SHARE = 0.15                               # a list's entry is 0 (a request with no keys)
+
+MAX_BATCH = 8
+MAX_CONTEXT = 2048
+REDRAWS = 16        # draws of one case before one the backend refuses is kept (its row says why)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How large a drawn case may be: requests per case and the longest request's keys."""
+    max_batch: int = MAX_BATCH
+    max_context: int = MAX_CONTEXT
