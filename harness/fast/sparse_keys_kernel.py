@@ -9,9 +9,9 @@ operations in the same order, each correctly rounded: ``exact`` is ``e4m3 * scal
 ``bf16_product`` is ``bf16(e4m3 * bf16(scale))`` in float32 (FlashMLA's SM90 kernel); the rope values are
 widened; a ``zeroed`` entry reads a record of zero bytes.  So the keys are PyTorch's bits, NaN where a
 record holds one (``tests/test_sparse_keys_kernel.py``).  Where each part sits is the format's data
-(``RecordFormat``), handed in as constants (``record_layout``).  Where Triton does not import or cannot
-build the kernel, or the format's dtypes are not those it converts, ``read_keys`` says no and PyTorch's form
-runs.
+(``RecordFormat``), handed in as constants (``sparse_write_kernel.constants``, the writer's).  Where Triton
+does not import or cannot build the kernel, or the format's dtypes are not those it converts, ``read_keys``
+says no and PyTorch's form runs.
 """
 
 import functools
@@ -19,7 +19,7 @@ import functools
 import torch
 
 from ..planning.record_formats import FORMATS, RecordFormat, check_view
-from .record_layout import constants, handled, refusal
+from .sparse_write_kernel import constants, handled, refusal
 from .triton_probe import defined_with_triton, usable
 
 BLOCK = 32           # entries a program reads

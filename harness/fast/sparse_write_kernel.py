@@ -11,7 +11,7 @@ are divided by it (exact).  The e4m3 conversion is PyTorch's (nearest, ties to e
 ``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both round; NaN is 0x7F with its sign), said in bits so
 that Triton's interpreter converts as the GPU does.  So the pool's bytes are PyTorch's
 (``tests/test_sparse_write_kernel.py``).  Where each part goes is the format's data (``RecordFormat``), handed
-in as constants (``record_layout``).  Where Triton does not import or cannot build the kernel, or the format's
+in as constants (``constants``).  Where Triton does not import or cannot build the kernel, or the format's
 dtypes are not those it converts, ``write_tokens`` says no and PyTorch's form runs.
 """
 
@@ -20,10 +20,34 @@ import functools
 import torch
 
 from ..planning.record_formats import FORMATS, RecordFormat, check_policy
-from .record_layout import constants, handled, refusal
 from .triton_probe import defined_with_triton, usable
 
 BLOCK = 16           # tokens a program writes
+# What both record passes (this writer and ``sparse_keys_kernel``'s reader) convert in bits; a format of other
+# dtypes is left to PyTorch's form, which takes any a format names
+HANDLED = {"value_dtype": ("float8_e4m3fn",), "rope_dtype": ("bfloat16",),
+           "scale_dtype": ("float32", "float8_e8m0fnu")}
+
+
+def handled(fmt: RecordFormat, chunk: int = 1) -> bool:
+    """Whether the passes take ``fmt``: its dtypes are ``HANDLED`` and its values and tiles whole ``chunk``s
+    (the values a program converts at a time)."""
+    return all(getattr(fmt, part) in dtypes for part, dtypes in HANDLED.items()) \
+        and not (fmt.d_nope % chunk or fmt.tile % chunk)
+
+
+def refusal(fmt: RecordFormat) -> str:
+    return (f"format {fmt.name}: the Triton passes take "
+            + "; ".join(f"{part} {' or '.join(dtypes)}" for part, dtypes in HANDLED.items())
+            + f", not {fmt.value_dtype}, {fmt.rope_dtype} and {fmt.scale_dtype} (or its widths are no whole chunks)")
+
+
+def constants(fmt: RecordFormat) -> dict:
+    """The kernels' constants: the widths, a row's stride and where each part starts (``SCALE_BLOCK``: a
+    slot's bytes in the block after its page's rows that holds its scales, 0 where they are in its row)."""
+    return {"D_NOPE": fmt.d_nope, "D_ROPE": fmt.d_rope, "TILE": fmt.tile, "ROW": fmt.row_bytes,
+            "VALUES_AT": fmt.values_at, "ROPE_AT": fmt.rope_at, "SCALES_AT": fmt.scales_at,
+            "SCALE_BLOCK": fmt.scale_block, "UE8M0": fmt.scale_dtype == "float8_e8m0fnu"}
 
 
 def write_tokens(pool: torch.Tensor, slots: torch.Tensor, tokens: torch.Tensor, fmt: RecordFormat, page_size: int,
