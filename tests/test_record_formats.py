@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import disagreements_under_interpreter
+from helpers import disagreements_on_cuda, disagreements_under_interpreter
 
 from harness.backends.torch_backend import TorchBackend
 from harness.building import sparse_cache
@@ -122,15 +122,15 @@ TRITON_CHECK = textwrap.dedent("""
         writer, reader = kernels
         gen, found = torch.Generator().manual_seed(5), []
         for policy, page_size in [("amax", 4), ("ue8m0", 5)]:
-            slots = torch.randperm(3 * page_size, generator=gen)[:9]
-            tokens = (torch.randn(len(slots), TOY.d_qk, generator=gen) * 3).to(torch.bfloat16)
-            pool = torch.full((3, TOY.page_bytes(page_size)), 0xFF, dtype=torch.uint8)
+            slots = torch.randperm(3 * page_size, generator=gen)[:9].to(device)
+            tokens = (torch.randn(len(slots), TOY.d_qk, generator=gen) * 3).to(device, torch.bfloat16)
+            pool = torch.full((3, TOY.page_bytes(page_size)), 0xFF, dtype=torch.uint8, device=device)
             torch_form, one_pass = pool.clone(), pool.clone()
             sparse_cache.write_records(torch_form, slots, sparse_cache.quantize(tokens, TOY, policy), TOY, page_size)
             sparse_write_kernel.run(writer, one_pass, slots, tokens, TOY, page_size, policy)
             if not torch.equal(one_pass, torch_form):
                 found.append(f"{policy}: written bytes differ at {(one_pass != torch_form).nonzero()[:3].tolist()}")
-            zeroed = torch.arange(len(slots)) == 0
+            zeroed = torch.arange(len(slots), device=device) == 0
             for view in sparse_cache.DEQUANT_MODES:
                 keys = sparse_cache.dequantize(sparse_cache.read_records(torch_form, slots, TOY, page_size,
                                                                          zeroed=zeroed), TOY, view)
@@ -139,6 +139,16 @@ TRITON_CHECK = textwrap.dedent("""
                     found.append(f"{policy} {view}: keys differ")
         return found
 """)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels run on CUDA; none here")
+def test_the_compiled_triton_passes_write_and_read_the_toy_as_pytorch_does():
+    from harness.fast import sparse_keys_kernel, sparse_write_kernel
+    kernels = (sparse_write_kernel.usable_kernel("cuda:0"), sparse_keys_kernel.usable_kernel("cuda:0"))
+    assert None not in kernels, "Triton does not build the kernels on this CUDA box"
+    assert disagreements_on_cuda(TRITON_CHECK, kernels) == []
+    outcome = sparse.run(toy_case(), load_backend("torch"), "cuda")      # built and read by the passes
+    assert outcome.status is Status.PASS, outcome.messages
 
 
 def test_the_triton_passes_write_and_read_the_toy_as_pytorch_does_under_the_interpreter():
