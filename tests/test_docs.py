@@ -153,7 +153,7 @@ MUTANT_COUNTS = [
 def mutant_counts() -> dict[str, int]:
     """How many mutants ``mla-verify selfcheck`` runs, and how many of them break the sparse path."""
     from harness.mutants import MUTANTS
-    sparse = sum(cls.__module__.endswith(".sparse") for cls in MUTANTS.values())
+    sparse = sum(cls.needs == "sparse" for cls in MUTANTS.values())
     return {"all": len(MUTANTS), "sparse": sparse, "dense": len(MUTANTS) - sparse}
 
 
