@@ -60,6 +60,9 @@ def add_parser(sub):
                    help="the longest request's keys (default 2048)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress line")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run on a Ray cluster: auto (the one running here) or ray.init's address (host:6379, "
+                        "ray://host:10001); one actor per GPU, on the CPU one per --workers (docs/fuzz.md)")
     p.set_defaults(func=main, gpus=None)
 
 
@@ -71,6 +74,8 @@ def one_backend(spec: str) -> str:
 
 
 def main(args) -> int:
+    if args.ray is not None:
+        return run_on_ray(args)
     from ..running.worker_pool import WorkerPool
     with WorkerPool() as pool:      # the campaign's workers stopped and reaped on the way out
         return run(args, pool)
@@ -98,8 +103,6 @@ def _settings(args, spec: str, device: str, sets):
 def run(args, pool) -> int:
     from ..fuzz import corpus
     from ..fuzz.campaign import Campaign
-    from ..fuzz.progress import Progress
-    from ..recording.results import ResultsWriter
     from ..running import resources
     from ..running.backend_loader import load_backend
     from .list_cmd import why_not_run
@@ -107,17 +110,59 @@ def run(args, pool) -> int:
     device = device_asked(args.device)
     sets = worker_sets(args, device)
     settings = _settings(args, spec, device, sets)
-    path = args.out or f"reports/fuzz-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    check_output_path("--out", path)
+    path = _results_path(args)
     backend = load_backend(spec)                       # a bad spec fails before anything runs
     replay = corpus.replay_cases(args.corpus)          # so does a bad file in the corpus
     memory = resources.available_bytes(device)         # once, before any worker: as run measures
+    _say_start(args, settings, backend, replay, path)
+    campaign = Campaign(settings, backend, pool, memory, progress=_progress(args),
+                        refused=lambda case: why_not_run(case, backend, device, memory))
+    return _run_and_report(campaign, replay, path)
+
+
+def run_on_ray(args) -> int:
+    """The campaign on a Ray cluster: checked here as on one machine, then run by its actors."""
+    import dataclasses
+
+    from ..fuzz import corpus, ray_cluster
+    from ..fuzz.ray_campaign import RayCampaign
+    from ..running.backend_loader import load_backend
+    from .list_cmd import why_not_run
+    ray_cluster.import_ray()                           # without the extra: one line naming it
+    spec = one_backend(args.backend)
+    settings = _settings(args, spec, args.device, [])
+    path = _results_path(args)
+    backend = load_backend(spec)
+    replay = corpus.replay_cases(args.corpus)
+    with ray_cluster.connected(args.ray):
+        settings = dataclasses.replace(settings, device=ray_cluster.cluster_device(args.device))
+        count = ray_cluster.actor_count(settings.device, args.workers)
+        with ray_cluster.Actors.started(settings, why_not_run, count) as (actors, said):
+            nodes = len({s["placement"]["node"] for s in said})
+            print(f"mla-verify: fuzz on Ray ({args.ray}): {len(said)} actor(s) on {nodes} node(s)", file=sys.stderr)
+            _say_start(args, settings, backend, replay, path)
+            return _run_and_report(RayCampaign(settings, backend, actors, progress=_progress(args)), replay, path)
+
+
+def _results_path(args) -> str:
+    path = args.out or f"reports/fuzz-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    check_output_path("--out", path)
+    return path
+
+
+def _progress(args):
+    from ..fuzz.progress import Progress
+    return Progress(shown=not args.no_progress)
+
+
+def _say_start(args, settings, backend, replay: list, path: str):
     budget = f"{settings.cases} case(s)" if settings.cases else f"{settings.seconds:g} s"
-    print(f"mla-verify: fuzz {backend.name} ({device}), seed {settings.seed}, {budget}; corpus {args.corpus}: "
-          f"{len(replay)} case(s) replayed first; results -> {path}", file=sys.stderr)
-    progress = Progress(shown=not args.no_progress)
-    campaign = Campaign(settings, backend, pool, memory,
-                        refused=lambda case: why_not_run(case, backend, device, memory), progress=progress)
+    print(f"mla-verify: fuzz {backend.name} ({settings.device}), seed {settings.seed}, {budget}; corpus "
+          f"{args.corpus}: {len(replay)} case(s) replayed first; results -> {path}", file=sys.stderr)
+
+
+def _run_and_report(campaign, replay: list, path: str) -> int:
+    from ..recording.results import ResultsWriter
     with ResultsWriter(path) as writer:
         summary = campaign.run(writer, replay)
     print_findings(campaign)

@@ -58,7 +58,16 @@ class Found:
     note: str = ""
 
 
-class _Collect:
+@dataclass
+class Round:
+    """A round's cases and the engine-profile spec they run on; a drawn round's rerun lines by case id."""
+    cases: list
+    spec: str
+    drawn: bool
+    reruns: dict = field(default_factory=dict)     # case id -> (index, rerun line)
+
+
+class Collect:
     """A results writer that keeps its rows (a shrink's candidates are not the campaign's rows)."""
 
     def __init__(self):
@@ -98,21 +107,29 @@ class Campaign:
     def run(self, writer, replay: list) -> RunSummary:
         """The corpus's cases first, then drawn rounds until the cases or the time are spent."""
         rows = _CampaignRows(writer, self.progress)
-        started = time.perf_counter()
+        for batch in self.rounds(replay, time.perf_counter()):
+            rows.reruns = batch.reruns
+            before = len(self.summary.rows)
+            self.run_round(batch.cases, batch.spec, rows, self.summary)
+            self.judge(batch, self.summary.rows[before:])
+        self.progress.close()
+        return self.summary
+
+    def rounds(self, replay: list, started: float):
+        """The campaign's rounds, each drawn when it is asked for (``--time`` is checked then): the corpus's
+        cases first, then rounds of ``ROUND_CASES`` drawn cases."""
         if replay:
             self.replayed = len(replay)
-            self._round(replay, rows, self.s.backend_spec, drawn=False)
+            yield Round(replay, self.s.backend_spec, drawn=False)
         rounds = 0
         while self._more(started):
             count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - self.drawn)
             indices = range(self.drawn, self.drawn + count)
             cases = [self.draw(i) for i in indices]
-            rows.reruns = {c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)}
             self.drawn += count
-            self._round(cases, rows, spec_for_round(self.specs, self.s.seed, rounds), drawn=True)
+            yield Round(cases, spec_for_round(self.specs, self.s.seed, rounds), drawn=True,
+                        reruns={c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)})
             rounds += 1
-        self.progress.close()
-        return self.summary
 
     def _more(self, started: float) -> bool:
         if self.s.cases is not None:
@@ -136,16 +153,18 @@ class Campaign:
             self.backends[spec] = load_backend(spec)
         return self.backends[spec]
 
-    def _round(self, cases: list, rows: _CampaignRows, spec: str, drawn: bool):
-        """One run_cases call; then each failure counted, and a new signature shrunk."""
-        before = len(self.summary.rows)
+    def run_round(self, cases: list, spec: str, writer, summary: RunSummary):
+        """One round's cases through ``run_cases``: run's workers, isolation, chunks and checks."""
         self._warm(spec, self.s.workers, [s.pin for s in self.s.sets])
-        run_cases(cases, self.backend_for(spec), spec, self.s.device, rows, progress=False,
-                  workers=self.s.workers, timeout_s=self.s.timeout_s, summary=self.summary,
+        run_cases(cases, self.backend_for(spec), spec, self.s.device, writer, progress=False,
+                  workers=self.s.workers, timeout_s=self.s.timeout_s, summary=summary,
                   chunk_cases=self.s.chunk_cases, memory=self.memory, sets=self.s.sets, pool=self.pool)
-        by_id = {c.id: c for c in cases}
+
+    def judge(self, batch: Round, round_rows: list):
+        """A round's rows: each failure counted, and a new signature shrunk."""
+        by_id = {c.id: c for c in batch.cases}
         new: dict[tuple, list] = {}          # a signature first met in this round: its cases and rows
-        for row in self.summary.rows[before:]:
+        for row in round_rows:
             sig = signature(row)
             if sig is None:
                 continue
@@ -157,8 +176,8 @@ class Campaign:
                 new.setdefault(sig, []).append((case_size(case), case.id, case, row))
         for sig, failing in new.items():
             _, _, case, row = min(failing, key=lambda f: f[:2])     # the smallest is the quickest to shrink
-            self.found[sig] = self._shrunk(case, row, sig, spec, rows.reruns[case.id][1]) if drawn else \
-                Found(sig, case, spec, corpus=True)
+            self.found[sig] = self._shrunk(case, row, sig, batch.spec, batch.reruns[case.id][1]) \
+                if batch.drawn else Found(sig, case, batch.spec, corpus=True)
             self.found[sig].cases = len(failing)
         self.progress.round_done()
 
@@ -188,7 +207,7 @@ class Campaign:
         ids = [f"fuzz-shrink/candidate/{k}" for k in range(len(cases))]
         workers = 1 if self.s.workers else 0
         self._warm(spec, workers, [None])
-        collect = _Collect()
+        collect = Collect()
         run_cases([dataclasses.replace(c, id=i) for c, i in zip(cases, ids)], self.backend_for(spec), spec,
                   self.s.device, collect, progress=False, workers=workers, timeout_s=self.s.timeout_s,
                   chunk_cases=1, memory=self.memory, pool=self.pool)
