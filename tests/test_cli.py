@@ -454,11 +454,15 @@ def test_python_m_cli_offbyone_fails_and_names_case_and_worst_element(tmp_path):
     p = sub([sys.executable, "-m", "harness.cli"], "run", "--suite", "smoke", "--backend", OFFBYONE, "--out", out)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "verdict: FAILED" in p.stdout
-    fails = [line for line in p.stdout.splitlines() if line.startswith("FAIL ")]
-    assert fails and all("worst at index [" in line for line in fails)
+    lines = p.stdout.splitlines()
+    found = [i for i, line in enumerate(lines) if line.startswith("FAIL ")]
     failing = {r["case_id"] for r in rows_of(out) if r["status"] == "fail"}
-    assert failing and {line.split()[1].rstrip(":") for line in fails} == failing
-    assert f"--backend {OFFBYONE}" in p.stdout   # the rerun line
+    # one bug, one finding: every failing case counted in it, one of them shown by its worst element
+    assert len(found) == 1 and f": {len(failing)} cases (verify; bf16)." in lines[found[0]], p.stdout
+    example, rerun = lines[found[0] + 1].strip(), lines[found[0] + 2].strip()
+    case = example.split(":")[0]
+    assert case in failing and "worst at index [" in example
+    assert rerun == f"rerun: mla-verify run --suite smoke --backend {OFFBYONE} --device cpu --case {case}"
 
 
 def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):

@@ -18,7 +18,8 @@ from harness.building.pool import allocate
 from harness.building.transfer import to_device
 from harness.commands import run_cmd
 from harness.planning.cases import Case
-from harness.recording.summary import memcheck_command, print_summary
+from harness.recording.console import memcheck_command
+from harness.recording.summary import print_summary
 from harness.running import gpu_memory, worker_pool
 from harness.running.runner import RunSummary
 from reference import mla_attention_batched

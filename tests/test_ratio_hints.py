@@ -128,7 +128,7 @@ def test_base2_mutant_fail_line_names_the_ratio(tmp_path):
     code, out, err = run_cli(["run", "--suite", "smoke", "--backend", "mutant:lse_base2", "--device", "cpu",
                               "--case", "smoke/decode-bf16/0", "--out", rows, "--no-progress"])
     assert code == 1, err
-    fail = [line for line in out.splitlines() if line.startswith("FAIL smoke/decode-bf16/0: lse:")]
+    fail = [line for line in out.splitlines() if line.strip().startswith("smoke/decode-bf16/0: lse:")]   # the example
     assert len(fail) == 1 and "1.4427" in fail[0] and "LSE looks base-2" in fail[0], out
     (row,) = [json.loads(line) for line in rows.read_text().splitlines()]
     assert row["status"] == "fail" and "1.4427" in row["messages"][0]

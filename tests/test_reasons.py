@@ -14,9 +14,10 @@ import pytest
 from helpers import run_cli
 
 from harness.planning.cases import load_suite
+from harness.recording.console import SHOWN_REASONS
 from harness.recording.reasons import blank_numbers, group_reasons
 from harness.recording.results import read_rows
-from harness.recording.summary import SHOWN_REASONS, print_summary
+from harness.recording.summary import print_summary
 from harness.report import write_report
 from harness.report.build import SHOWN_REASONS as REPORT_SHOWN
 from harness.running.resources import too_large_reason
@@ -78,12 +79,14 @@ def rows(tmp_path_factory):
             for k, reason in enumerate(reasons)]
 
 
-def test_the_console_summary_groups_and_ends_a_cut_list_with_a_count(rows):
+def test_the_console_lists_a_backends_reasons_under_it_and_ends_a_cut_list_with_a_count(rows):
+    """A backend that verified some cases and not others: its reasons under its line, the rest counted."""
+    verified = dict(rows[0], case_id="smoke/verified/0", status="pass", reason=None)
     out = io.StringIO()
-    print_summary(RunSummary(rows=rows), "r.jsonl", out=out)
+    print_summary(RunSummary(rows=[verified, *rows]), "r.jsonl", out=out)
     text = out.getvalue()
-    listed = re.findall(r"^unsupported \((\d+)\): (.*)$", text, re.M)
-    more = re.search(r"^\.\.\. and (\d+) more reason\(s\) \((\d+) cases?\) in r\.jsonl$", text, re.M)
+    listed = re.findall(r"^  unsupported \((\d+)\): (.*)$", text, re.M)
+    more = re.search(r"^  \.\.\. and (\d+) more reason\(s\) \((\d+) cases?\) in r\.jsonl$", text, re.M)
     assert len(listed) == SHOWN_REASONS and more, text
     assert sum(int(n) for n, _ in listed) + int(more.group(2)) == len(rows)     # every case accounted for
     assert int(more.group(1)) == len({blank_numbers(r["reason"]) for r in rows}) - SHOWN_REASONS

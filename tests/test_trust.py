@@ -5,6 +5,7 @@ Every case asserts the exit code and that no traceback was printed.
 
 import errno
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -57,7 +58,9 @@ def test_resume_after_an_interruption_keeps_the_recorded_failures(tmp_path, caps
     code, out, err = run(capsys, "--suite", "smoke", "--backend", OFFBYONE, "--resume", path)
     assert code == 1 and "verdict: FAILED" in out
     assert f"{last_fail + 1} kept" in err
-    assert all(f"FAIL {cid}" in out for cid in failed)
+    scoreboard = [line for line in out.splitlines() if line.startswith("offbyone-verify ")]
+    assert len(scoreboard) == 1 and f", {len(failed)} fail," in scoreboard[0]         # the kept failures count
+    assert sum(map(int, re.findall(r"^FAIL .*: (\d+) cases? \(", out, re.M))) == len(failed)   # and are found
     # resuming the finished, failing file runs nothing and still fails
     code, out, _ = run(capsys, "--suite", "smoke", "--backend", OFFBYONE, "--resume", path)
     assert code == 1 and "verdict: FAILED" in out and "0 case(s) run" in out
@@ -185,7 +188,9 @@ def test_right_values_in_the_wrong_dtype_fail_with_one_line(tmp_path, capsys):
     assert code == 1
     row = read_rows(path)[0]
     assert row["status"] == "fail" and set(row["failed_checks"]) == {"out.dtype", "lse.dtype"}
-    assert "out has dtype float32, expected bfloat16" in out and "lse has dtype float64, expected float32" in out
+    assert row["messages"] == ["smoke/decode-bf16/0: out has dtype float32, expected bfloat16",
+                               "smoke/decode-bf16/0: lse has dtype float64, expected float32"]
+    assert "     smoke/decode-bf16/0: out has dtype float32, expected bfloat16" in out     # the finding's example
 
 
 # 6. a rerun command that runs ----------------------------------------------------------------------

@@ -53,6 +53,8 @@ def add_parser(sub):
                    help=f"after N timeouts in a row on a backend, record its remaining cases as timeout without "
                         f"running them (default {MAX_TIMEOUTS}; 0 runs every case)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--table", action="store_true", help="also print a count per status for each backend, suite, "
+                   "mode and dtype (the HTML report has this table too)")
     p.set_defaults(func=main)
 
 
@@ -144,7 +146,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
-    print_summary(summary, path)
+    print_summary(summary, path, table=args.table)
     return summary.verdict.exit_code
 
 

@@ -4,7 +4,8 @@ A reason often carries the case's own numbers ("too large for a CPU run: 1.89e+0
 elements, ..."), so counting reasons as written makes every case its own line, and a list cut at
 five said nothing of the rest.  Here reasons that differ only in their numbers are one group: the
 numbers the group's reasons share are kept, the ones that vary read "N".  A cut list ends with
-``more_text``: how many groups and cases it left out.  Pure Python, so ``report`` stays light.
+``more_text``: how many groups and cases it left out, in the words every cut list of the
+console ends with (``and_more``).  Pure Python, so ``report`` stays light.
 """
 
 import re
@@ -38,10 +39,16 @@ class Grouped:
 
     def more_text(self, where: str = "") -> str | None:
         """'... and 3 more reason(s) (12 cases)' for a cut list, None when nothing was left out."""
-        if not self.more_groups:
-            return None
-        cases = f"{self.more_cases} case{'s' if self.more_cases != 1 else ''}"
-        return f"... and {self.more_groups} more reason(s) ({cases})" + (f" {where}" if where else "")
+        return and_more(self.more_groups, "reason", self.more_cases, where)
+
+
+def and_more(left_out: int, noun: str, cases: int | None = None, where: str = "") -> str | None:
+    """The line that ends a cut list: '... and 3 more reason(s) (12 cases) in r.jsonl'; None when
+    nothing was left out.  ``cases``: the cases the left-out entries cover, where each covers several."""
+    if not left_out:
+        return None
+    covered = "" if cases is None else f" ({cases} case{'s' if cases != 1 else ''})"
+    return f"... and {left_out} more {noun}(s){covered}" + (f" {where}" if where else "")
 
 
 def _common_form(texts: list[str], numbers: list[list[str]]) -> str:

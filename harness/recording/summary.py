@@ -1,16 +1,13 @@
-"""The console summary of a run: what was verified, counts by suite, mode and dtype, the failures, the verdict."""
+"""The console summary of a run: what was verified, a line per backend, the findings, the time, the verdict.
 
-import shlex
+The scoreboard, the findings and the ``--table`` table are worded in ``console``.
+"""
+
 import sys
 import time
-from collections import Counter
 
-from .reasons import group_reasons
-from .results import failure_lines
-from .status import STATUSES, Status, gates
-
-COLUMNS = STATUSES
-SHOWN_REASONS = 5      # unsupported reasons listed, grouped by their text with the numbers set aside
+from . import console
+from .status import Status
 
 
 def verified_backends(rows) -> list[str]:
@@ -24,70 +21,41 @@ def verified_backends(rows) -> list[str]:
     return list(seen.values())
 
 
-def memcheck_command(row: dict) -> str | None:
-    """For a crash on an illegal memory access: the command that shows the stray access every time, not only
-    when it lands on unmapped memory (scripts/gpu/sanitize.sh; docs/kernel-findings.md #6)."""
-    if row["status"] != Status.CRASH or "illegal memory access" not in (row.get("reason") or ""):
-        return None
-    suite = (row.get("case") or {}).get("suite_file") or row["suite"]
-    backend = row.get("backend_spec") or row.get("backend", "?")
-    return f"bash scripts/gpu/sanitize.sh {shlex.quote(suite)} {row['case_id']} {shlex.quote(backend)}"
-
-
-def print_summary(summary, results_path, out=None, max_messages=20):
-    out = out or sys.stdout          # looked up per call: callers may redirect stdout
-    rows = summary.all_rows
-    print(f"verified: {'; '.join(verified_backends(rows)) or 'nothing'}", file=out)
+def verified_lines(summary) -> list[str]:
+    """``verified:`` and the backend, one line per backend that verified something (a row not unsupported),
+    and how ``auto`` concluded, when it chose."""
+    ran = [r for r in summary.all_rows if r["status"] != Status.UNSUPPORTED]
+    lines = [f"verified: {backend}" for backend in verified_backends(ran)] or ["verified: nothing"]
     for note in summary.selection[-1:]:
         if not note.startswith(tuple(f"{kernel}:" for kernel in auto_kernels(summary.selection))):
-            print(f"  auto: {note}", file=out)      # its conclusion; each kernel's line was said at the start
-    groups = Counter()
-    for r in rows:
-        groups[(r.get("backend", "?"), r["suite"], r["mode"], r["dtype"], r["status"])] += 1
-    keys = sorted({k[:4] for k in groups})
-    widths = [max(8, len(c) + 2) for c in COLUMNS]
-    header = (f"{'backend':<16} {'suite':<18} {'mode':<7} {'dtype':<9}"
-              + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths)))
-    print(header, file=out)
-    print("-" * len(header), file=out)
-    for k in keys:
-        print(f"{k[0]:<16} {k[1]:<18} {k[2]:<7} {k[3]:<9}"
-              + "".join(f"{groups[(*k, c)]:>{w}}" for c, w in zip(COLUMNS, widths)), file=out)
-    totals = Counter(r["status"] for r in rows)
-    print("-" * len(header), file=out)
-    print(f"{'total':<53}" + "".join(f"{totals[c]:>{w}}" for c, w in zip(COLUMNS, widths)), file=out)
-    bad = [r for r in rows if gates(r["status"])]
-    shown = 0
-    for r in bad:
-        lines = failure_lines(r)
-        for line in lines:
-            if shown < max_messages:
-                print(f"FAIL {line}\n     rerun: {r['rerun']}", file=out)
-                if (memcheck := memcheck_command(r)) and line is lines[-1]:
-                    print(f"     memcheck: {memcheck}", file=out)
-                for frame in (r.get("traceback") or [])[-2:] if line is lines[-1] else []:
-                    print(f"     at {frame}", file=out)
-            shown += 1
-    if shown > max_messages:
-        print(f"... and {shown - max_messages} more failure line(s) in {results_path}", file=out)
-    warned = [w for r in rows for w in r.get("warnings") or []]
-    for line in warned[:5]:
-        print(f"warning (not gating) {line}", file=out)
-    if len(warned) > 5:
-        print(f"... and {len(warned) - 5} more warning(s) in {results_path}", file=out)
-    reasons = group_reasons((r.get("reason") for r in rows if r["status"] == Status.UNSUPPORTED), SHOWN_REASONS)
-    for group in reasons.shown:
-        print(f"unsupported ({group.cases}): {group.text}", file=out)
-    if more := reasons.more_text(f"in {results_path}"):
-        print(more, file=out)
-    print(time_line(summary), file=out)
+            lines.append(f"  auto: {note}")      # its conclusion; each kernel's line was said at the start
+    return lines
+
+
+def summary_lines(summary, results_path, table: bool = False) -> list[str]:
+    """The end of a run: what was verified, (with ``table``, the counts per backend, suite, mode and dtype),
+    a scoreboard line per backend, the findings, the time, the results file and the verdict."""
+    rows = summary.all_rows
+    lines = verified_lines(summary)
+    if table:
+        lines += console.table_lines(rows)
+    lines += console.scoreboard_lines(rows, results_path)
+    lines += console.finding_lines(rows, results_path)
+    lines += console.warning_lines(rows, results_path)
+    lines.append(time_line(summary))
     kept = f", {len(summary.previous)} kept from the resumed file" if summary.previous else ""
-    print(f"{len(summary.rows)} case(s) run in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} cases/s)"
-          f"{kept}; results: {results_path}", file=out)
+    lines.append(f"{len(summary.rows)} case(s) run in {summary.seconds:.1f} s ({summary.cases_per_second:.1f} "
+                 f"cases/s){kept}; results: {results_path}")
     verdict = summary.verdict
     if verdict.name == "NOTHING VERIFIED":
-        print(f"no case was verified against a kernel: {nothing_verified_why(rows)}", file=out)
-    print(f"verdict: {verdict.name} (exit {verdict.exit_code})", file=out)
+        lines.append(f"no case was verified against a kernel: {nothing_verified_why(rows)}")
+    lines.append(f"verdict: {verdict.name} (exit {verdict.exit_code})")
+    return lines
+
+
+def print_summary(summary, results_path, out=None, table: bool = False):
+    out = out or sys.stdout          # looked up per call: callers may redirect stdout
+    print("\n".join(summary_lines(summary, results_path, table)), file=out)
 
 
 def nothing_verified_why(rows) -> str:

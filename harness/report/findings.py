@@ -1,126 +1,15 @@
-"""Findings: failing rows clustered by what went wrong, so 111 rows of one bug read as one line.
+"""The report's findings: failing rows clustered as the console clusters them (``recording.findings``),
+and a finding whose verdict differs by GPU model naming the models it sets apart."""
 
-A row's signature is its backend, what failed (the tensors and how: NaN/inf, over the bound,
-or a raise with its reason) and where, when the row says (NaN only in rows with no keys).
-Rows with one signature are one finding: how many cases, the smallest of them (the one to
-rerun first), and one sentence of evidence over all of them ("LSE over its bound by 1.7-13x").
-"""
+from dataclasses import replace
 
-import math
-from dataclasses import dataclass
-
-from ..judging.checks import BY_TENSOR, TENSOR_NAMES, float_or_nan
-from ..recording.reasons import blank_numbers
-from ..recording.status import Status
+from ..recording import findings as clustering
+from ..recording.findings import Finding, signature, size  # noqa: F401  (re-exported: the report's readers)
 from .gpu_models import describe
-from .text import ratio
-
-
-def _failed_tensors(row: dict, kind: str) -> list[str]:
-    checks = row.get("failed_checks") or []
-    return [t for t in TENSOR_NAMES if f"{t}.{kind}" in checks]
-
-
-def _nonfinite_where(row: dict) -> str:
-    """Where the NaN/inf lands, from the per-request error and lengths the row carries."""
-    diag = row.get("diagnostics") if isinstance(row.get("diagnostics"), dict) else {}
-    per_request, lengths = diag.get("request_ratio"), diag.get("request_seqlen")
-    if not isinstance(per_request, list) or not isinstance(lengths, list) or len(per_request) != len(lengths):
-        return ""
-    hit = {i for i, r in enumerate(per_request) if math.isinf(float_or_nan(r))}
-    empty = {i for i, n in enumerate(lengths) if n == 0}
-    if hit and hit == empty:
-        return "only in rows with no keys"
-    if hit and len(hit) == len(per_request):
-        return "in every request"
-    return "in some requests with keys" if hit and not hit & empty else ""
-
-
-def _reason_pattern(reason: str) -> str:
-    """A raise's first line with its numbers blanked, so one bug at many shapes is one finding."""
-    first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else "no reason recorded"
-    return blank_numbers(first[:160])
-
-
-def signature(row: dict) -> tuple[str, str, str]:
-    """(what failed, where, kind) of a failing row; the backend completes the cluster key."""
-    status = str(row.get("status"))
-    if status != Status.FAIL:
-        return status, _reason_pattern(row.get("reason") or ""), "raise"
-    nonfinite = _failed_tensors(row, "nonfinite")
-    if nonfinite:
-        return " and ".join(BY_TENSOR[t].label for t in nonfinite), _nonfinite_where(row), "nonfinite"
-    over = [t for t in TENSOR_NAMES if any(c.startswith(f"{t}.") for c in row.get("failed_checks") or [])]
-    if over:
-        return " and ".join(BY_TENSOR[t].label for t in over), "", "bound"
-    return ", ".join(row.get("failed_checks") or ["a check"]), "", "scenario"
-
-
-@dataclass
-class Finding:
-    backend: str
-    what: str                 # the tensors, or the status of a raise
-    where: str                # a location pattern, or the raise's reason
-    kind: str                 # nonfinite, bound, raise, scenario
-    cases: int
-    smallest: dict            # the record of the smallest case: rerun it first
-    evidence: str
-    worst: float
-    gpus: tuple | None = None  # (GPU model, ((other model, its status), ...)) where the verdict differs by GPU
-
-
-def size(rec: dict) -> float:
-    """How big a case is, to pick the cheapest one to rerun: batch x heads x query tokens x longest request."""
-    dims = [float_or_nan(rec.get(k)) for k in ("batch_size", "heads", "s_q", "max_seqlen")]
-    dims = [d if d > 0 else 1.0 for d in dims]            # NaN (unknown) and 0 (all empty) count as 1
-    return math.prod(dims)
-
-
-def _span(values) -> str:
-    values = sorted(v for v in values if not math.isnan(v))
-    if not values:
-        return "?"
-    lo, hi = ratio(values[0]), ratio(values[-1])
-    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
-
-
-def _evidence(kind: str, what: str, where: str, recs: list[dict]) -> str:
-    n = len(recs)
-    modes = sorted({r["mode"] for r in recs})
-    dtypes = sorted({r["dtype"] for r in recs})
-    scope = f"{n} case{'s' if n != 1 else ''} ({', '.join(modes)}; {', '.join(dtypes)})"
-    if kind == "nonfinite":
-        return f"NaN/inf in {what} where the reference is finite{', ' + where if where else ''}: {scope}."
-    if kind == "bound":
-        parts = []
-        for t in TENSOR_NAMES:
-            if BY_TENSOR[t].label not in what.split(" and "):
-                continue
-            err = [r[f"{t}_ratio"] for r in recs]
-            cos = [r[f"{t}_cos"] for r in recs]
-            over = [e for e in err if e > 1]
-            parts.append(f"{BY_TENSOR[t].label} over its bound by {_span(over)}" if over
-                         else f"{BY_TENSOR[t].label} cosine {_span(cos)} its bound")
-        return f"{'; '.join(parts)}: {scope}."
-    if kind == "raise":
-        return f"{what}: {where}: {scope}."
-    return f"failed {what}: {scope}."
 
 
 def cluster(records: list[dict]) -> list[Finding]:
-    """Findings from the failing records (each carrying its ``sig``), most cases first."""
-    groups: dict[tuple, list[dict]] = {}
-    for rec in records:
-        sig = rec.get("sig")
-        if sig:
-            # a case that goes otherwise on another GPU model is its own finding, naming both models
-            gpus = (rec.get("gpu") or "", rec["gpu_vs"]) if rec.get("gpu_vs") else None
-            groups.setdefault((rec["backend"], *sig, gpus), []).append(rec)
-    found = []
-    for (backend, what, where, kind, gpus), recs in groups.items():
-        worst = max((r["worst"] for r in recs if not math.isnan(r["worst"])), default=math.nan)
-        evidence = _evidence(kind, what, where, recs)
-        if gpus:
-            evidence = f"Differs by GPU model ({describe(recs[0]['status'], *gpus)}): {evidence}"
-        found.append(Finding(backend, what, where, kind, len(recs), min(recs, key=size), evidence, worst, gpus))
-    return sorted(found, key=lambda f: (-f.cases, f.backend, f.what, str(f.gpus)))
+    """Findings from the failing records (each carrying its ``sig``), most cases first; one that differs by
+    GPU model says so first."""
+    return [replace(f, evidence=f"Differs by GPU model ({describe(f.smallest['status'], *f.gpus)}): {f.evidence}")
+            if f.gpus else f for f in clustering.cluster(records)]

@@ -10,14 +10,14 @@ line, a fragment glued to a row, a line that is no result row) is read whole by
 
 import gc
 import json
-import math
 import sys
 from array import array
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..judging.checks import TENSOR_NAMES, float_or_nan, over_bound
+from ..judging.checks import float_or_nan
 from ..planning.fixed_params import describe_fixed
+from ..recording.findings import max_seqlen, scores
 from ..recording.results import read_rows, row_problem
 
 
@@ -40,14 +40,8 @@ def _text(value) -> str:
     return sys.intern(str(value)) if value is not None else "?"
 
 
-def _max_seqlen(row: dict) -> float:
-    lens = row.get("seq_lens") or row.get("cache_seqlens")
-    return float(max(lens)) if isinstance(lens, list) and lens and all(isinstance(x, int) for x in lens) else math.nan
-
-
 def lean(row: dict) -> dict:
     """The scalars of one row that the summary, scoreboard, findings, table and baseline diff read."""
-    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
     backend = row_key(row)[1]
     rec = {
         "case_id": row["case_id"], "backend": _text(backend), "status": _text(row["status"]),
@@ -55,7 +49,7 @@ def lean(row: dict) -> dict:
         "suite": _text(row.get("suite") or row["case_id"].split("/")[0]), "group": row.get("group"),
         "mode": _text(row.get("mode") or "?"), "dtype": _text(row.get("dtype") or "?"),
         "batch_size": row.get("batch_size"), "heads": row.get("heads"), "s_q": row.get("s_q"),
-        "page_size": row.get("page_size"), "max_seqlen": _max_seqlen(row),
+        "page_size": row.get("page_size"), "max_seqlen": max_seqlen(row),
         "reason": row.get("reason") or "", "rerun": row.get("rerun") or "",
         "wall_s": float_or_nan(row.get("wall_s")), "kernel_ms": float_or_nan(row.get("kernel_ms")),
         "has_diag": bool(row.get("diagnostics")), "cannot_hold": bool(row.get("cannot_hold")),
@@ -63,12 +57,7 @@ def lean(row: dict) -> dict:
         # when the case started and ended (Unix seconds), where the row records it
         "started_at": float_or_nan(row.get("started_at")), "finished_at": float_or_nan(row.get("finished_at")),
     }
-    for name in TENSOR_NAMES:
-        m = metrics.get(name)
-        rec[f"{name}_ratio"], rec[f"{name}_cos"] = over_bound(m) if isinstance(m, dict) else (math.nan, math.nan)
-    # the one number a row is sorted by: its largest error over bound, any check (inf for a NaN/inf mismatch)
-    scored = [v for k, v in rec.items() if k.endswith(("_ratio", "_cos")) and not math.isnan(v)]
-    rec["worst"] = max(scored, default=math.nan)
+    rec.update(scores(row))          # each check's error over bound, and the worst of them
     return rec
 
 

@@ -3,26 +3,13 @@
 import html
 import math
 
+from ..recording.findings import ratio  # noqa: F401  (re-exported: defined with the findings that quote it)
+
 
 def esc(value) -> str:
     """HTML-escaped text.  '://' is written as entities so that no URL appears in the file's
     source, even inside an error message: the page must not look like it fetches anything."""
     return html.escape(str(value), quote=True).replace("://", ":&#47;&#47;")
-
-
-def ratio(v) -> str:
-    """An error over its bound: 0.25, 32.3, 13,600; ∞ for a NaN/inf position mismatch."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if math.isinf(v):
-        return "∞"
-    if v >= 100:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    if v >= 0.01:
-        return f"{v:.2f}"
-    return f"{v:.1e}" if v > 0 else "0"
 
 
 def sci(v) -> str:
