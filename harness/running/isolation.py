@@ -11,7 +11,8 @@ there may surface in any later case: none is charged, and every case of the
 chunk runs again alone, in a fresh worker, where the fault finds its own case.
 A crash costs one case; a row that reached the parent is never lost.  A CUDA
 error is sticky (the context is unusable afterwards), so a worker that hits one
-reports it and exits to be replaced.
+reports it and exits to be replaced.  What a worker writes to stderr goes into the rows of the chunk
+it was running, as ``worker_stderr`` (``worker_output``), not to the console.
 
 This module is the event loop: each worker is in one ``worker.State``, moved as its news arrives.
 The processes come from a ``worker_pool.WorkerPool`` (spares and retiring workers) and a chunk starts
@@ -26,6 +27,7 @@ from ..recording.status import Status
 from . import placement
 from .memory_gate import MemoryGate
 from .worker import State, Worker
+from .worker_output import attach
 from .worker_pool import WorkerPool
 from .worker_process import worker_job
 
@@ -168,7 +170,9 @@ class _Run:
         if dead:
             w.proc.join(timeout=5)
             if w.state is State.STARTING:
-                return self.not_started(w, f"worker failed to start ({w.death_reason()})")
+                last = [line for line in w.said().splitlines() if line.strip()][-1:]
+                return self.not_started(w, f"worker failed to start ({w.death_reason()})"
+                                        + "".join(f": {line.strip()}" for line in last))
             return Status.CRASH, w.death_reason()
         if w.deadline is not None and now > w.deadline:
             if w.state is State.STARTING:
@@ -182,9 +186,10 @@ class _Run:
             w.started()
         elif kind == "rows":
             got, cache = payload
+            said = w.said()       # what it wrote while it ran the chunk: any of its cases may have
             deliver = placement.deliver(self.on_row, w.place, w.chunk)
             for row in got:
-                deliver(row)
+                deliver(attach(row, said))
             w.chunk_done(cache)
             w.place.deaths = 0
         elif kind == "cache":
@@ -204,6 +209,7 @@ class _Run:
         """Record or requeue the chunk of a worker that has to go."""
         chunk, rows = w.chunk, placement.deliver(self.on_row, w.place, w.chunk)
         w.chunk = None
+        said = w.said()           # its last words, for the row of the case it died in
         if status == "gone" or chunk is None:
             return
         context_lost = status == "lost"
@@ -218,7 +224,7 @@ class _Run:
             placement.forgive(chunk, w.place)
         if context_lost:
             if index is not None:
-                rows(row)
+                rows(attach(row, said))
             self.requeue([c for i, c in enumerate(chunk) if i != index], chunk)
             return
         w.chunk = chunk
@@ -227,5 +233,5 @@ class _Run:
             case, others, reason = others[0], [], f"{reason} while comparing"
         if case is not None:       # built here, not on its GPU: the row names the GPU it ran on
             gpu = None if w.place.placement is None else w.place.placement["name"]
-            rows(self.crash_row(case, status, reason, gpu=gpu))
+            rows(attach(self.crash_row(case, status, reason, gpu=gpu), said))
         self.requeue(others, chunk)

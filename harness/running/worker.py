@@ -79,6 +79,7 @@ class Worker(WorkerState):
         self.pool = pool
         worker = pool.worker_for(job, place.pin if place is not None else None)
         self.proc, self.conn, self.progress = worker.proc, worker.conn, worker.progress
+        self.output = worker.output     # where its stderr goes (``worker_output``), None: to this process's
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
         self.deadline = time.monotonic() + startup_timeout_s
 
@@ -126,6 +127,10 @@ class Worker(WorkerState):
         self.state = State.DEAD
         self.proc.kill()
         self.proc.join()
+
+    def said(self) -> str:
+        """What the worker wrote to stderr since last asked: its imports, a chunk, or its last moments."""
+        return self.output.new_text() if self.output is not None else ""
 
     def death_reason(self) -> str:
         code = self.proc.exitcode

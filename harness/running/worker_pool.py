@@ -4,17 +4,22 @@ Spares are started before this process imports torch (``run``'s ``main`` starts 
 the worker's imports, most of its start, overlap the parent's; they are told what to load as soon as
 the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.  This module imports
 nothing heavy at the top for that reason.  A ``WorkerPool`` is used as a context manager: on the way out
-(an exit, an error or a Ctrl-C) it stops the spares nobody took and reaps the workers that retired.
+(an exit, an error or a Ctrl-C) it stops the spares nobody took, reaps the workers that retired, and cleans
+up what every worker it started left: its stderr file, and any named resource it did not unlink
+(``worker_output``).
 """
 
 import contextlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from dataclasses import dataclass
 
 from . import gpus as gpus_module
+from .worker_output import WorkerOutput
 from .worker_process import serve
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
@@ -49,6 +54,7 @@ class Spare:
     progress: object
     job: tuple | None = None          # what it was told to load, once told
     pin: str | None = None            # the GPU it sees alone (``serve``), None: the default device
+    output: WorkerOutput | None = None    # its stderr file and resource ledger; None: stderr is this process's
 
 
 @contextlib.contextmanager
@@ -66,17 +72,20 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def spawn(warm: bool = False, pin: str | None = None) -> Spare:
+def spawn(warm: bool = False, pin: str | None = None, output: WorkerOutput | None = None) -> Spare:
     """A new worker process, not yet told what to run; with ``warm`` it makes its CUDA context at once;
-    with ``pin`` it sees that GPU alone."""
+    with ``pin`` it sees that GPU alone; with ``output`` its stderr and resource ledger go there.
+
+    Neither the pipe nor the progress counter holds a named resource: the counter is a ``RawValue``
+    (``lock=False``: no semaphore) in multiprocessing's heap, a mapped file unlinked as it is made."""
     ctx = mp.get_context("spawn")      # never fork a process that may hold a CUDA context
     conn, child_conn = ctx.Pipe()
     progress = ctx.Value("i", -1, lock=False)      # index of the case in hand (see chunk.run_chunk's on_start)
-    proc = ctx.Process(target=serve, args=(child_conn, progress, warm, pin), daemon=True)
+    proc = ctx.Process(target=serve, args=(child_conn, progress, warm, pin, output), daemon=True)
     with _sigint_ignored():
         proc.start()
     child_conn.close()
-    return Spare(proc, conn, progress, pin=pin)
+    return Spare(proc, conn, progress, pin=pin, output=output)
 
 
 class WorkerPool:
@@ -90,6 +99,16 @@ class WorkerPool:
     def __init__(self):
         self.spares: list[Spare] = []
         self.retiring: list = []
+        self.started: list[Spare] = []      # every worker it started: its files are cleaned up at ``close``
+        self.folder: str | None = None      # those files' folder, made at the first start
+
+    def spawn(self, warm: bool = False, pin: str | None = None) -> Spare:
+        """A new worker whose stderr and resource ledger are this pool's to read and clean up."""
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="mla-verify-workers-")
+        spare = spawn(warm, pin, WorkerOutput.in_folder(self.folder, len(self.started)))
+        self.started.append(spare)
+        return spare
 
     def __enter__(self):
         return self
@@ -105,7 +124,7 @@ class WorkerPool:
             for pin in pins:
                 alive = sum(spare.proc.is_alive() and spare.pin == pin for spare in self.spares)
                 if alive < count:
-                    self.spares.append(spawn(warm, pin))
+                    self.spares.append(self.spawn(warm, pin))
 
     def load_in_spare(self, job: tuple, count: int):
         """Tell up to ``count`` waiting spares what to load (``worker_job``), ahead of their use.  Spares not
@@ -121,7 +140,7 @@ class WorkerPool:
         while True:
             mine = [s for s in self.spares if s.pin == pin]
             if not mine:
-                spare = spawn(pin=pin)
+                spare = self.spawn(pin=pin)
                 break
             spare = mine[0]
             self.spares.remove(spare)
@@ -158,9 +177,25 @@ class WorkerPool:
                 proc.join()
 
     def close(self):
-        """Stop the spares and reap retired workers.  A Ctrl-C meanwhile kills what is left, quietly."""
+        """Stop the spares and reap retired workers.  A Ctrl-C meanwhile kills what is left, quietly.  Then
+        what the workers left is cleaned up (``release``)."""
         try:
             self.stop_spares()
         except KeyboardInterrupt:
             for proc in [spare.proc for spare in self.spares] + self.retiring:
                 proc.kill()
+        finally:
+            self.release()
+
+    def release(self):
+        """Every worker this pool started gone (one still alive, which none should be by now, is killed): the
+        named resources each left registered are unlinked, and their files removed."""
+        for spare in self.started:
+            if spare.proc.is_alive():
+                spare.proc.kill()
+            spare.proc.join()
+            spare.output.release()
+        self.started.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None

@@ -6,10 +6,12 @@ Nothing heavy is imported at the top: a spare worker is started before the paren
 
 import os
 import signal
+import sys
 
 from ..cores import cpu_threads, passive_openmp, usable_cores
 from ..errors import InputError
 from ..recording.status import Status
+from .worker_output import capture
 
 PIN_ENV = "CUDA_VISIBLE_DEVICES"
 EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your allocator's kept memory back
@@ -25,10 +27,13 @@ def _context_lost(device):
     return lost
 
 
-def serve(conn, progress, warm=False, pin=None):
+def serve(conn, progress, warm=False, pin=None, output=None):
     """A worker's life: its imports (and with ``warm`` its CUDA context), then told what to load (or None:
     not needed after all), then chunk after chunk.  ``pin``: the one GPU it may see (``gpus.Gpu.pin``),
-    set before torch is imported, so CUDA never sees another."""
+    set before torch is imported, so CUDA never sees another.  ``output``: the files its stderr and its
+    resource ledger go to (``worker_output``), taken before anything can write or register."""
+    if output is not None:
+        capture(output)
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
     if pin is not None:
         os.environ[PIN_ENV] = pin
@@ -88,8 +93,10 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
             conn.send(("bad_input", str(e)))
             return
         except ContextLost as lost:
+            sys.stderr.flush()          # in its file before the parent reads it into the row
             conn.send(("lost", (lost.index, None if lost.index is None else context_lost_row(lost.row))))
             return
+        sys.stderr.flush()
         conn.send(("rows", (rows, cached())))
 
 
