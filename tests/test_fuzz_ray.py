@@ -14,6 +14,7 @@ the extra): a skip there would hide the lane.
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -39,9 +40,11 @@ SMALL = ["--device", "cpu", "--max-context", "64", "--max-batch", "2", "--no-pro
 @pytest.fixture(scope="module")
 def cluster():
     import ray
+    sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    signal.signal(signal.SIGTERM, sigterm)      # ray.init's own handler, not left to the tests after these
 
 
 @pytest.fixture
