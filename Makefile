@@ -53,7 +53,7 @@ test: setup
 TRITON_CPU_PKGS = triton==3.7.1 sglang==0.5.23 \
 	orjson==3.13.0 psutil==7.2.2 pybase64==1.5.1 requests==2.34.2 urllib3==2.8.0 idna==3.20 \
 	certifi==2026.10.19.post1 pillow==13.0.0 starlette==1.10.0 anyio==4.16.0 msgspec==0.23.0 \
-	pydantic==2.14.4 pydantic-core==2.50.5 typing-inspection==0.4.5 pyzmq==27.3.0 ipython==9.18.1 \
+	pydantic==2.14.4 pydantic-core==2.50.5 typing-inspection==0.4.5 annotated-types==0.7.0 pyzmq==27.3.0 ipython==9.18.1 \
 	traitlets==5.16.1 aiohttp==3.14.5 multidict==7.2.1 attrs==26.1.0 yarl==1.25.1 propcache==0.5.4 \
 	aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0
 
