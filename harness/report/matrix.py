@@ -61,20 +61,27 @@ def spread_of(samples: dict, dtype) -> dict[str, float]:
 
 def spreads(by_case: dict, samples: list) -> dict[str, dict]:
     """``spread_of`` for every case at once: cases with the same backends, positions and dtype are one block."""
-    blocks: dict[tuple, list] = {}
+    blocks: dict[tuple, tuple[list, list]] = {}      # key -> (case ids, their samples' values, case by case)
     for case_id, cells in by_case.items():
-        have = {b: samples[r["i"]] for b, r in cells.items() if samples[r["i"]] is not None}
-        if len(have) < 2 or len({(s[0], len(s[1])) for s in have.values()}) != 1:
+        have = [(b, samples[r["i"]]) for b, r in cells.items()]
+        have = [(b, s) for b, s in have if s is not None]
+        if len(have) < 2:
             continue
-        first = next(iter(have.values()))
-        key = (tuple(have), first[0], len(first[1]), next(iter(cells.values()))["dtype"])
-        blocks.setdefault(key, []).append((case_id, [s[1] for s in have.values()]))
+        positions, n = have[0][1][0], len(have[0][1][1])
+        if any(s[0] != positions or len(s[1]) != n for _, s in have):
+            continue
+        key = (tuple([b for b, _ in have]), positions, n, next(iter(cells.values()))["dtype"])
+        block = blocks.get(key) or blocks.setdefault(key, ([], []))
+        block[0].append(case_id)
+        block[1].extend([s[1] for _, s in have])
     out = {}
-    for (backends, _, _, dtype), cases in blocks.items():
-        far = _far(np.array([v for _, v in cases], dtype=float), dtype)
+    for (backends, _, n, dtype), (cases, arrays) in blocks.items():
+        # the samples are arrays of doubles: joined as bytes, a block is one buffer
+        values = np.frombuffer(b"".join(arrays), dtype=np.float64).reshape(len(cases), len(backends), n)
+        far = _far(values, dtype)
         if far is None:
             continue
-        for (case_id, _), line in zip(cases, far.tolist()):
+        for case_id, line in zip(cases, far.tolist()):
             out[case_id] = dict(zip(backends, line))
     return out
 
@@ -102,13 +109,31 @@ def _cell(rec, d, gdis: bool = False) -> str:
 def _columns(df) -> tuple[list, str]:
     """The matrix's columns: one per backend, or with several GPU models one per backend and model, a
     kernel's models side by side.  Returns the column keys and their header cells."""
+    backends = list(dict.fromkeys(df["backend"].tolist())) if len(df) else []
     if not gpu_models.several(df):
-        backends = list(dict.fromkeys(df["backend"])) if len(df) else []
         return backends, "".join(f"<th>{esc(b)}" for b in backends)
-    order = {m: k for k, m in enumerate(dict.fromkeys(df["gpu"]))}
-    pairs = sorted(dict.fromkeys(zip(df["backend"], df["gpu"], strict=True)),
-                   key=lambda bg: (list(dict.fromkeys(df["backend"])).index(bg[0]), order[bg[1]]))
+    order = {m: k for k, m in enumerate(dict.fromkeys(df["gpu"].tolist()))}
+    pairs = sorted(dict.fromkeys(zip(df["backend"].tolist(), df["gpu"].tolist(), strict=True)),
+                   key=lambda bg: (backends.index(bg[0]), order[bg[1]]))
     return pairs, "".join(f"<th>{esc(b)}<small>{esc(gpu_models.label(g))}</small>" for b, g in pairs)
+
+
+CELL_COLUMNS = ["i", "case_id", "backend", "gpu", "status", "worst", "dtype", "fixed"]
+
+
+def _by_case(df, several: bool) -> dict[str, dict]:
+    """Case id -> its cells: column key -> the row's few fields the matrix reads, read column by column."""
+    by_case: dict[str, dict] = {}
+    for values in zip(*(df[c].tolist() for c in CELL_COLUMNS)):
+        rec = dict(zip(CELL_COLUMNS, values))
+        by_case.setdefault(rec["case_id"], {})[(rec["backend"], rec["gpu"]) if several else rec["backend"]] = rec
+    return by_case
+
+
+def _line(case_id, cells, dev, dis: bool, gdis, columns, several: bool) -> str:
+    return (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"'
+            + (f' data-gdis="{int(bool(gdis))}"' if several else "") + f'><td>{esc(case_id)}'
+            + "".join(_cell(cells.get(c), dev.get(c), several and c[0] in gdis) for c in columns) + "</tr>")
 
 
 def section(data) -> str:
@@ -117,28 +142,23 @@ def section(data) -> str:
     columns, head = _columns(df)
     if len(columns) < 2:
         return ""
-    cols = ["i", "case_id", "backend", "gpu", "status", "worst", "dtype", "fixed"]
-    by_case: dict[str, dict] = {}
-    for rec in df[cols].to_dict("records"):
-        by_case.setdefault(rec["case_id"], {})[(rec["backend"], rec["gpu"]) if several else rec["backend"]] = rec
+    by_case = _by_case(df, several)
     differ: dict[str, set] = {}                # case id -> backends whose verdict differs by GPU model
     for case_id, backend in getattr(data, "gpu_differ", None) or {}:
         differ.setdefault(case_id, set()).add(backend)
-    dis_lines, agree_lines, n_gdis = [], [], 0
+    dis_cases, agree_cases, n_gdis = [], [], 0
     devs = spreads(by_case, data.samples)
     for case_id, cells in by_case.items():
-        dev = devs.get(case_id, {})
         statuses = {r["status"] for r in cells.values()} - {"unsupported"}
-        dis = len(statuses) > 1 or any(v > 1 for v in dev.values())
-        gdis = differ.get(case_id, ())
-        n_gdis += bool(gdis)
-        line = (f'<tr class="{"dis" if dis else ""}" data-dis="{int(dis)}"'
-                + (f' data-gdis="{int(bool(gdis))}"' if several else "") + f'><td>{esc(case_id)}'
-                + "".join(_cell(cells.get(c), dev.get(c), several and c[0] in gdis) for c in columns) + "</tr>")
-        (dis_lines if dis else agree_lines).append(line)
-    lines = (dis_lines + agree_lines)[:MAX_LINES]
+        dis = len(statuses) > 1 or any(v > 1 for v in devs.get(case_id, {}).values())
+        n_gdis += bool(differ.get(case_id))
+        (dis_cases if dis else agree_cases).append(case_id)
+    # only the lines the file holds are drawn: the disagreements first
+    room = max(MAX_LINES - len(dis_cases), 0)
+    shown = [(c, True) for c in dis_cases[:MAX_LINES]] + [(c, False) for c in agree_cases[:room]]
+    lines = [_line(c, by_case[c], devs.get(c, {}), dis, differ.get(c, ()), columns, several) for c, dis in shown]
     any_failed = df["status"].isin(("fail", "error", "crash", "timeout", "harness_error")).any()
-    only = bool(any_failed and dis_lines)      # where a backend failed, the disagreements are the news
+    only = bool(any_failed and dis_cases)      # where a backend failed, the disagreements are the news
     if only:     # the file opens filtered: the agreeing lines are hidden until the box is cleared
         lines = [ln.replace("<tr", "<tr hidden", 1) if 'data-dis="0"' in ln else ln for ln in lines]
     left_out = len(by_case) - len(lines)
@@ -148,7 +168,7 @@ def section(data) -> str:
     checked = " checked" if only else ""
     table = fold(f'<table data-only="{int(only)}"><thead><tr><th>case{head}</thead>', lines, SHOWN, "case(s)", note)
     return (f'<div class="panel" id="matrix"><style>{CSS}</style><h2>Cases x backends</h2>'
-            f'<p class="meta">{len(by_case):,} case(s) on {len(columns)} {noun}(s); {len(dis_lines):,} where the '
+            f'<p class="meta">{len(by_case):,} case(s) on {len(columns)} {noun}(s); {len(dis_cases):,} where the '
             f"backends disagree (different statuses, or a kernel further than its out bound from the other kernels "
             f"at 64 sampled positions). Per cell: status, worst error over bound against the oracle, and distance "
             f"from the kernels' median over the bound. "

@@ -15,8 +15,9 @@ from ..recording.summary import verified_backends
 from . import bench, drilldown, gpu_models, lead, matrix, svg
 from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
-from .build import BAD, ReportData
+from .build import BAD, ReportData, records
 from .fold import fold
+from .gc_pause import uncollected
 from .text import esc, int_text, ratio
 
 STATUS_HELP = {
@@ -197,7 +198,7 @@ def _case_table(data: ReportData) -> str:
     with_backend = with_gpu or (data.df["backend"].nunique() > 1 if len(data.df) else False)   # else: Environment
     drill = set(data.drill)
     ordered = _order(data.df) if len(data.df) else data.df
-    records = ordered.head(TABLE_ROWS).to_dict("records") if len(data.df) else []
+    rows = records(ordered.head(TABLE_ROWS)) if len(data.df) else []
     chips = "".join(f'<button class="chip" data-s="{esc(s)}" aria-pressed="true" style="--c:var(--{esc(s)},#888)">'
                     f'<i></i>{esc(s)}</button>' for s in data.statuses if (data.df["status"] == s).any())
     marks = ""
@@ -211,7 +212,7 @@ def _case_table(data: ReportData) -> str:
               "shape"
             + "".join(f"<th data-t='n' title='{esc(tip)}'>{label}" for _, label, tip in METRIC_COLUMNS)
             + "<th data-t='n'>kernel<br>ms")
-    lines = [_case_row(r, drill, with_mark, with_backend, with_gpu) for r in records]
+    lines = [_case_row(r, drill, with_mark, with_backend, with_gpu) for r in rows]
     # Only the first PAGE rows (worst first) are laid out; the rest wait in an inert <template>
     # that the page script draws from on filter, sort or "show more".  Without JS the worst
     # rows still show, and the file still holds every row.
@@ -249,6 +250,11 @@ def _drilldowns(data: ReportData) -> str:
 
 
 def render(data: ReportData, title: str = "mla-verify report") -> str:
+    with uncollected():          # the page's pieces hold no cycles (``gc_pause``)
+        return _page(data, title)
+
+
+def _page(data: ReportData, title: str) -> str:
     summary = (f'<div class="panels"><div class="panel"><h2>By suite, backend, mode and dtype</h2>'
                f'{_counts_table(data)}{_unsupported(data)}</div><div class="panel"><h2>Environment</h2>'
                f'{_verified(data)}{_env_table(data)}</div></div>')

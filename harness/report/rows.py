@@ -3,13 +3,17 @@
 A row is a few KB of JSON (its metrics, an out sample, diagnostics when it failed); 100,000 of
 them as dicts took 2.5 GB.  So each line is parsed, reduced to the scalars the page needs
 (``lean``), and dropped; the few whole rows the page draws from (drill-downs, bench rows)
-are read again by their byte offset.  A file with a line this fast path cannot take (a torn
-line, a fragment glued to a row, a line that is no result row) is read whole by
-``results.read_rows``, which warns or names the line, by the rule resume reads rows by.
+are read again by their byte offset.  A large file is read in byte ranges on several cores
+(``split_read``), its records kept as columns (``columns``).  A file with a line this fast
+path cannot take (a torn line, a fragment glued to a row, a line that is no result row) is
+read whole by ``results.read_rows``, which warns or names the line, by the rule resume reads
+rows by.
 """
 
-import gc
 import json
+import mmap
+import os
+import stat
 import sys
 from array import array
 from dataclasses import dataclass, field
@@ -19,6 +23,19 @@ from ..judging.checks import float_or_nan
 from ..planning.fixed_params import describe_fixed
 from ..recording.findings import max_seqlen, scores
 from ..recording.results import read_rows, row_problem
+from . import split_read
+from .columns import columns_of, extend, length, take
+from .gc_pause import uncollected
+
+
+def json_loads(line):
+    return json.loads(bytes(line))
+
+
+try:        # orjson parses result rows three times as fast as json (docs/reports.md)
+    from orjson import loads as _loads
+except ImportError:         # a checkout run without its install: json alone
+    _loads = json_loads
 
 
 def row_key(row: dict) -> tuple:
@@ -81,7 +98,7 @@ class Loaded:
     """Every file's rows, reduced: records in the order of the latest row per case and backend."""
 
     sources: list = field(default_factory=list)     # (path, rows read)
-    records: list = field(default_factory=list)     # lean(row) plus "where" and whatever ``keep`` added
+    records: dict = field(default_factory=dict)     # lean(row) plus "where" and what ``keep`` added, as columns
     superseded: int = 0
     _whole: dict = field(default_factory=dict)      # (file, line) -> a row read whole (the slow path)
 
@@ -95,83 +112,135 @@ class Loaded:
             return json.loads(f.readline())
 
 
-def _fast(path):
-    """(offset, row) per line, streamed; raises ``_Slow`` at a line that is not a whole result row."""
-    offset = 0
+def _parse(line):
+    """One line's JSON, by orjson and, for what orjson refuses and json takes (NaN, 1e400, a lone
+    surrogate, a byte order mark), by json; raises ``_Slow`` for a line that is not JSON."""
+    try:
+        return _loads(line)
+    except ValueError:
+        try:
+            return json_loads(line)
+        except ValueError:          # JSONDecodeError and UnicodeDecodeError
+            raise _Slow from None
+
+
+WHITESPACE = b" \t\n\r\x0b\x0c"
+DROP_BYTES = 32 << 20 if hasattr(mmap, "MADV_DONTNEED") else 1 << 62    # a mapped file's pages, let go as read
+
+
+def _fast(path, start: int = 0, end: int | None = None):
+    """(offset, row) per line from byte ``start`` (a line start) to ``end``, streamed; raises ``_Slow`` at
+    a line that is not a whole result row."""
+    for at, line, whole in _lines(path, start, end):
+        if line[0] in WHITESPACE and bytes(line).isspace():
+            continue
+        if not whole:                   # a last line without its newline: read_rows judges it
+            raise _Slow
+        row = _parse(line)
+        if row_problem(row) is not None:    # read_rows names the line and why, as resume does
+            raise _Slow
+        yield at, row
+
+
+def _lines(path, start: int, end: int | None):
+    """(offset, line, whether it ends in a newline) per line from byte ``start`` to ``end``.  A regular
+    file's lines are views of the file mapped in memory, parsed where they lie (copying each one out
+    first was a tenth of the parse); a pipe's are read as they come."""
     with open(path, "rb") as f:
-        for line in f:
-            start, offset = offset, offset + len(line)
-            if not line.strip():
-                continue
-            if not line.endswith(b"\n"):       # a last line without its newline: read_rows judges it
-                raise _Slow
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise _Slow from None
-            if row_problem(row) is not None:    # read_rows names the line and why, as resume does
-                raise _Slow
-            yield start, row
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            for line in f:
+                yield start, line, line.endswith(b"\n")
+                start += len(line)
+            return
+        if not info.st_size:
+            return
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)     # closed when its last view goes
+    view, stop, read = memoryview(mapped), info.st_size if end is None else end, start - start % mmap.PAGESIZE
+    while start < stop:
+        newline = mapped.find(b"\n", start, stop)
+        line_end = stop if newline < 0 else newline + 1
+        yield start, view[start:line_end], newline >= 0
+        start = line_end
+        if start - read > DROP_BYTES:       # the pages read go from this process's memory (not from the cache)
+            mapped.madvise(mmap.MADV_DONTNEED, read, start - start % mmap.PAGESIZE - read)
+            read = start - start % mmap.PAGESIZE
 
 
 class _Slow(Exception):
     """A line the streaming reader leaves to ``results.read_rows`` (torn, glued, not JSON)."""
 
 
-def _reduce(path, keep, loaded: "Loaded") -> list[dict]:
-    """Lean records of one file: streamed, or read whole where a line needs ``read_rows``'s judgement."""
-    def record(row, where):
-        rec = lean(row)
-        rec["where"] = where
+def _record(row: dict, where: tuple, keep) -> dict:
+    rec = lean(row)
+    rec["where"] = where
+    if keep is not None:
+        keep(row, rec)
+    return rec
+
+
+def _read_range(path, start: int, end: int | None, keep) -> tuple[dict, object]:
+    """The lean records of the lines in a byte range, as columns, and the ``keep`` that saw their rows."""
+    return columns_of([_record(row, (path, offset), keep) for offset, row in _fast(path, start, end)]), keep
+
+
+def _streamed(path, keep) -> dict[str, list]:
+    """Every line's lean record.  The file is read in byte ranges, on several cores where it is large
+    (``split_read``); ``keep`` sees each range apart (``keep.part()``) and merges the parts once all are
+    read, so a file that turns out to need the slow way is not seen twice."""
+    parts = split_read.part_count(path)
+    spans = split_read.ranges(path, parts) if parts > 1 else [(0, None)]
+    calls = [(path, start, end, None if keep is None else keep.part()) for start, end in spans]
+    records: dict[str, list] = {}
+    for part, part_keep in split_read.run_parts(calls, _read_range, _read_range):
         if keep is not None:
-            keep(row, rec)
-        return rec
+            keep.merge(part_keep, part)
+        extend(records, part)
+    return records
+
+
+def _reduce(path, keep, loaded: "Loaded") -> dict[str, list]:
+    """Lean records of one file: streamed, or read whole where a line needs ``read_rows``'s judgement."""
     try:
-        return [record(row, (path, offset)) for offset, row in _fast(path)]
+        return _streamed(path, keep)
     except _Slow:
         pass
     except OSError as e:
         raise InputError(f"cannot read results file {path}: {e.strerror or e}") from None
     records = []
     for n, row in enumerate(read_rows(path), 1):      # warns on a torn line, raises on a bad one
-        rec = record(row, (path, -n))
+        rec = _record(row, (path, -n), keep)
         loaded._whole[rec["where"]] = row
         records.append(rec)
-    return records
+    return columns_of(records)
 
 
 def load(paths, keep=None) -> Loaded:
     """Read results files into lean records, the latest row of each case and backend (and GPU model, where
     the rows come from several).
 
-    ``keep(row, rec)`` may add more to a record while its whole row is at hand.
+    ``keep(row, rec)`` may add more to a record while its whole row is at hand; it gathers a range of
+    the file apart (``keep.part()`` gives an empty one) and ``keep.merge(part, records)`` folds a
+    range's records (columns) in, in file order (``build.Extras``).
     """
-    loaded, by_key = Loaded(), {}
-    for path in map(str, paths):
-        collecting = gc.isenabled()
-        gc.disable()        # 100,000 records hold no cycles: collecting while they pile up was 15% of the read
-        try:
-            records = _reduce(path, keep, loaded)
-        finally:
-            if collecting:
-                gc.enable()
-        loaded.sources.append((path, len(records)))
-        for rec in records:
-            key = (rec["case_id"], rec["backend"], rec["gpu"])
-            loaded.superseded += by_key.pop(key, None) is not None    # re-insert: order follows the latest row
-            by_key[key] = rec
-    loaded.records = list(by_key.values())
-    if len({rec["gpu"] for rec in loaded.records if rec["gpu"]}) <= 1:
-        _one_row_per_case(loaded)
+    loaded, records = Loaded(), {}
+    with uncollected():
+        for path in map(str, paths):
+            part = _reduce(path, keep, loaded)
+            loaded.sources.append((path, length(part)))
+            extend(records, part)
+        standing = _latest(records)
+        loaded.superseded = length(records) - len(standing)
+        loaded.records = records if loaded.superseded == 0 else take(records, standing)
     return loaded
 
 
-def _one_row_per_case(loaded: Loaded):
-    """With one GPU model, a later row of a case and backend supersedes an earlier one whatever ran it (a
-    CPU row by a GPU row).  With several, each model keeps its own row: the report sets them side by side."""
-    by_key = {}
-    for rec in loaded.records:                    # in the order of each one's latest row
-        key = (rec["case_id"], rec["backend"])
-        loaded.superseded += by_key.pop(key, None) is not None
-        by_key[key] = rec
-    loaded.records = list(by_key.values())
+def _latest(records: dict[str, list]) -> list[int]:
+    """The records that stand, in the order of each one's latest row: the latest of each case and backend.
+    With one GPU model a later row supersedes an earlier one whatever ran it (a CPU row by a GPU row); with
+    several, each model keeps its own row: the report sets them side by side."""
+    if not records:
+        return []
+    several = len({gpu for gpu in records["gpu"] if gpu}) > 1
+    keys = zip(records["case_id"], records["backend"], *([records["gpu"]] if several else []))
+    return sorted({key: i for i, key in enumerate(keys)}.values())
