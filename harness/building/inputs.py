@@ -11,18 +11,23 @@ with ``set_kv_buffer`` before calling the kernel).  Unused pages, the reserved
 page 0 and the tail of each last page stay NaN, so any read outside a request's
 tokens poisons its output.
 
+The case's value distributions reshape the draws (``values``) and its layout relays the tensors the
+kernel reads (``layouts``); at their defaults both leave the inputs as they were.
+
 Here: ``generate`` and its draws.  ``Inputs`` and what is read from it are ``kernel_inputs``; the pool
 and the engine's writes ``kv_store``; a case's lengths ``case_lengths``.  Their names are re-exported
 here, where backends, scenarios, plug-ins and tests import them (``Inputs``, ``HostCopy``, ``KVStore``,
 ``TORCH_DTYPES``, ``host_copy``, ``key_sets``, ``output_buffer``, ``draw_seq_lens``, ...).
 """
 
+import dataclasses
 import math
 
 import torch
 
 from ..planning.case import Case
 from ..planning.case_lengths import cache_seqlens_for, draw_seq_lens, pinned_pages_for, shared_pages_for  # noqa: F401
+from . import input_notes, key_rows, layouts, values
 from .kernel_inputs import (  # noqa: F401  (re-exported: see the module doc)
     TORCH_DTYPES,
     HostCopy,
@@ -64,10 +69,15 @@ def generate(case: Case, device: str | torch.device = "cpu", seq_lens: list[int]
     model_dtype = model_dtype_of(case)
     q = draw_normal((b, s_q, h_q, d), gen, model_dtype)
     tokens = draw_normal((sum(cache), case.kv_heads, d), gen, model_dtype)
+    q, tokens = values.shaped(case, q, tokens, lambda: key_rows.dense_rows(case, cache, device), gen)
     # The engine writes the cached prefix, then (verify) the drafts, before the call; no slot is written
     # twice, so one write of every token leaves the same pool.
     store = KVStore(case, cache, tokens, device, filled=True)
-    return store.inputs(q, cache, table=store.layout.block_table)
+    inputs = store.inputs(q, cache, table=store.layout.block_table)
+    if store.fp8:
+        notes = input_notes.fp8_notes(case, q, tokens, store.k_scale, store.pool.dtype)
+        inputs = dataclasses.replace(inputs, notes=notes) if notes else inputs
+    return layouts.relaid(case, inputs)
 
 
 def used_pages(case: Case) -> int:
@@ -87,10 +97,16 @@ def footprint(case: Case) -> dict[str, int]:
     model = model_dtype_of(case).itemsize
     fp8 = TORCH_DTYPES[case.dtype].itemsize if case.dtype.startswith("fp8") else 0
     num_pages = pool_size(used_pages(case), case.extra_pages, case.pool_pages)
+    pool_shape = (num_pages, case.page_size, case.kv_heads, case.d_qk)
+    q_shape = (case.batch_size, case.s_q, case.heads, case.d_qk)
+    q_elements = math.prod(q_shape)
     return {
-        "pools": num_pages * case.page_size * token * (model + fp8),
-        "inputs": sum(cache) * token * (4 + model + (4 + fp8 if fp8 else 0)),
+        # a layout other than contiguous copies the pool the kernel reads, and q (fp8: both of its forms)
+        "pools": num_pages * case.page_size * token * (model + fp8)
+        + layouts.relaid_bytes(case, pool_shape, fp8 or model),
+        "inputs": sum(cache) * token * (4 + model + (4 + fp8 if fp8 else 0))
+        + values.working_bytes(case, case.batch_size * case.s_q, max(cache, default=0), q_elements, sum(cache) * token),
         "layout": layout_bytes(cache, case.page_size),
-        "q": case.batch_size * case.s_q * case.heads * case.d_qk * model,
+        "q": q_elements * model + layouts.relaid_bytes(case, q_shape, model) * (2 if fp8 else 1),
         "outputs": case.batch_size * case.s_q * case.heads * case.d_v * 8 * 2,
     }

@@ -70,6 +70,8 @@ class Inputs:
     host: HostCopy | None = None      # host copies of the table and lengths (see ``host_copy``)
     out: torch.Tensor | None = None   # the output buffer the engine hands the kernel (``output_buffer``), set
     #                                   by the launch: a backend may write its out there or return its own
+    notes: tuple = ()                 # lines for the row where the engine's writer, not the kernel, made these
+    #                                   inputs unusual (``input_notes``)
 
     @property
     def device(self) -> torch.device:

@@ -16,6 +16,9 @@
 - vLLM keeps a request's drafts in one kernel row (``Case.verify_rows = "per_request"``: indices
   ``(n, 1 + k, topk)``); the same seed gives the same query tokens and key sets in both shapes.
 
+The case's value distributions reshape q and the tokens before they are written (``values``), and its layout
+relays the tensors the kernel reads (``layouts``); at their defaults both leave the inputs as they were.
+
 Here: ``build`` and its draws, and the size estimate.  ``SparseInputs`` and what is read from it (the
 index stats, the index gate, the output buffer) are ``sparse_kernel_inputs``; the engine's writes into the
 records ``sparse_kv_store``.  Their names are re-exported here, where scenarios, backends and tests import
@@ -31,6 +34,7 @@ from reference.sparse import ROW_BLOCK_ELEMENTS
 
 from ..fast import sparse_write_kernel
 from ..planning.cases import Case
+from . import input_notes, key_rows, layouts, values
 from .guards import HASH_ROW_BYTES, guarded
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, shared_pages_for
 from .kv_store import first_writes
@@ -180,18 +184,23 @@ def build(case: Case, device) -> SparseCase:
     gen = torch.Generator(device=device).manual_seed(case.seed)
     q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
     tokens = draw_normal((len(slots), case.d_qk), gen, torch.bfloat16)      # the written ones: no others are read
+    q, tokens = values.shaped(case, q, tokens[:, None], gen=gen, rows_of=lambda: key_rows.sparse_rows(
+        indices, slots, num_slots, [r for r, _ in rows]))
+    tokens = tokens[:, 0]
     # one spare page past the pool takes the padding writes, and is poisoned again after them
     records = guarded((pages.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
     if not sparse_write_kernel.write_tokens(records, slots, tokens, fmt, case.page_size, case.kv_scales):
         write_records(records, slots, quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
     records[pages.num_pages].fill_(POISON_BYTE)
+    notes = input_notes.record_notes(case, records, slots, num_slots, fmt)
     inputs = SparseInputs(
         q=q, kv_pool=records[:pages.num_pages, :case.page_size * fmt.bytes_per_token].view(
             pages.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
         indices=indices, cache_seqlens=sent["cache_seqlens"],
         attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
         req_to_token=req_to_token, softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
-    return SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens))
+    scase = SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens), notes)
+    return layouts.relaid_sparse(case, scase)
 
 
 def estimated_bytes(case: Case) -> dict[str, int]:
@@ -215,6 +224,11 @@ def _estimate(case: Case) -> dict[str, int]:
              "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
              "oracle": min(ROW_BLOCK_ELEMENTS, rows * case.topk * case.d_qk) * 8 * 3
              + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
+    # a layout other than contiguous copies the records (a page the larger); values other than normal work
+    # on float32 copies of q and the tokens, and the keys each row lists
+    parts["records"] += layouts.relaid_bytes(case, (layout_pages, fmt.page_bytes(case.page_size)), 1)
+    parts["draws"] += values.working_bytes(case, rows, case.topk, rows * case.heads * case.d_qk,
+                                           min(sum(total), rows * case.topk) * case.d_qk)
     parts["total"] = sum(parts.values())
     return parts
 

@@ -77,6 +77,8 @@ class SparseCase:
     index_stats: IndexStats
     seen: list                        # tokens each query row sees
     seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
+    notes: tuple = ()                 # lines for the row where the writer, not the kernel, made the records
+    #                                   unusual (``input_notes``)
 
 
 def index_stats(indices: torch.Tensor) -> IndexStats:

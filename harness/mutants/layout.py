@@ -1,4 +1,6 @@
-"""Mutants that read the right arithmetic from the wrong place: dims, heads, table rows."""
+"""Mutants that read the right arithmetic from the wrong place: dims, heads, table rows, strides."""
+
+import torch
 
 from ..backends.torch_backend import TorchBackend
 from .registry import mutant
@@ -65,3 +67,15 @@ class LoadsPaddedPages(TorchBackend):
 class PageId16Bit(TorchBackend):
     def block_table(self, inputs):
         return super().block_table(inputs) & 0xFFFF
+
+
+@mutant("contiguous_q", "q read with the contiguous strides of its shape from its storage: a q handed as a view "
+        "into a larger buffer (a strided slice) is read from the wrong places",
+        caught_by=("out.nonfinite", "lse.nonfinite", "out.element", "lse.element"))
+class ContiguousQ(TorchBackend):
+    def load_q(self, inputs):
+        q = inputs.q
+        strides = [1]
+        for n in reversed(q.shape[1:]):
+            strides.insert(0, strides[0] * n)
+        return self.read(torch.as_strided(q, q.shape, strides, q.storage_offset()), inputs.descale_q)

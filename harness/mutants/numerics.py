@@ -57,3 +57,26 @@ class NanEmptyRows(TorchBackend):
         out = torch.where(empty, torch.full_like(out, math.nan), out)
         lse = torch.where(torch.isposinf(lse), torch.full_like(lse, -math.inf), lse)
         return super().finalize(inputs, out, lse)
+
+
+@mutant("no_max_subtraction", "softmax as exp(s) / sum exp(s), without subtracting the running max: scores near "
+        "88 overflow float32 (exp(88) * |v| > 3.4e38)", caught_by=("out.nonfinite", "lse.nonfinite", "out.element"))
+class NoMaxSubtraction(TorchBackend):
+    def partial(self, scores, mask, values):
+        b, h_q, s_q, n = scores.shape
+        h_kv = values.shape[2]
+        p = torch.exp(torch.where(mask[:, None], scores, torch.full_like(scores, -math.inf)))
+        total = p.sum(dim=-1)
+        empty = total == 0                                    # no key: out 0, LSE +inf, as the clean split
+        out = torch.einsum("bgjsn,bngd->bsgjd", p.view(b, h_kv, h_q // h_kv, s_q, n), values).flatten(2, 3)
+        out = out / torch.where(empty, torch.ones_like(total), total).transpose(1, 2)[..., None]
+        return out, torch.where(empty, torch.full_like(total, math.inf), torch.log(total))
+
+
+@mutant("flush_subnormals", "subnormal inputs flushed to zero before the dot product (FTZ/DAZ loads): e4m3 "
+        "subnormals (below 2^-6) read as 0", caught_by=("out.cosine", "out.element", "lse.element"))
+class FlushSubnormals(TorchBackend):
+    def read(self, x, descale):
+        kept = super().read(x, descale)
+        subnormal = x.float().abs() < torch.finfo(x.dtype).tiny          # NaN is not: poison stays poison
+        return torch.where(subnormal, torch.zeros_like(kept), kept)

@@ -57,6 +57,12 @@ class Case:
     index_pattern: str = "random"      # which positions the top-k lists: INDEX_PATTERNS
     verify_rows: str = "flattened"     # verify's query rows: "flattened" (SGLang: a row per draft, s_q 1) or
     #                                    "per_request" (vLLM: a row per request, s_q = drafts)
+    # the inputs as models and engines hand them (dense and sparse alike): value distributions of q and of the
+    # KV (VALUES, ``building.values``) and how the tensors lie in memory (LAYOUTS, ``building.layouts``); left
+    # at their defaults they too are no part of a case's definition
+    q_values: str = "normal"
+    kv_values: str = "normal"
+    layout: str = "contiguous"
     tags: tuple = field(default=())
     suite_file: str = ""               # the suite's .toml path when it was given as one (reruns use it)
 
@@ -79,13 +85,14 @@ class Case:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["tags"] = list(self.tags)
-        for key in SPARSE_FIELDS:         # at their defaults: as before these fields existed
+        for key in SPARSE_FIELDS + INPUT_FIELDS:         # at their defaults: as before these fields existed
             if d[key] == CASE_DEFAULTS[key]:
                 del d[key]
         return d
 
 
 SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern", "verify_rows")
+INPUT_FIELDS = ("q_values", "kv_values", "layout")
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}
 SINKS = ("none", "random", "inf")
 # which context positions a query token's top-k lists (harness/building/sparse_inputs.py draws them): a random
@@ -94,3 +101,11 @@ SINKS = ("none", "random", "inf")
 # subset drawn for every row at once on the device, as FlashMLA's tests draw theirs ("batched")
 INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid", "padded", "batched")
 VERIFY_ROWS = ("flattened", "per_request")
+# a tensor's values (``building.values`` draws each): "normal" N(0, 1) draws; "latent" per-channel RMSNorm-like
+# gains with outlier channels; "large" scores near float32's exp limit; "peaked" one key per row dominates;
+# "flat" every row of a request the same; "zero_tiles" some 128-value tiles exactly zero; "tiny" values in
+# bf16's and e4m3's subnormal ranges; "signed_zero" zeros of both signs mixed in
+VALUES = ("normal", "latent", "large", "peaked", "flat", "zero_tiles", "tiny", "signed_zero")
+# how the tensors a kernel reads lie in memory (``building.layouts``): whole allocations, views into larger
+# buffers (every dim one larger, the last 128 larger), or views at a non-zero storage offset
+LAYOUTS = ("contiguous", "strided", "offset")

@@ -8,10 +8,12 @@ from .case import (
     CASE_DEFAULTS,
     DTYPES,
     INDEX_PATTERNS,
+    LAYOUTS,
     MODES,
     PADDINGS,
     SINKS,
     SPARSE_FIELDS,
+    VALUES,
     VERIFY_ROWS,
     Case,
     scenario_names,
@@ -63,6 +65,7 @@ def validate_case(case: Case, where: str) -> Case:
         bad("seqlen", f"lengths up to {longest} are beyond the largest supported {LIMITS['seqlen']}")
     _validate_scale_fields(case, bad)
     _validate_sparse_fields(case, bad)
+    _validate_input_fields(case, bad)
     return case
 
 
@@ -94,6 +97,23 @@ def _validate_sparse_fields(case: Case, bad):
                     f"{case.d_qk}, d_v {case.d_v}, kv_heads {case.kv_heads}")
     if case.dtype != "bf16":
         bad("dtype", f"sparse MLA takes bf16 q (the cache format sets the KV), got {case.dtype}")
+
+
+# The scenarios that build their inputs with ``inputs.generate`` or ``sparse_inputs.build``, where the values
+# are drawn; and those that hand the kernel those very tensors (padding rewrites the pool through a flat view,
+# graph builds its own buffers)
+VALUES_SCENARIOS = ("call", "determinism", "batch_invariance", "padding", "sparse")
+LAYOUT_SCENARIOS = ("call", "determinism", "batch_invariance", "sparse")
+
+
+def _validate_input_fields(case: Case, bad):
+    """``q_values``, ``kv_values`` and ``layout``: known names, in scenarios that build the inputs they shape."""
+    for key, known, scenarios in (("q_values", VALUES, VALUES_SCENARIOS), ("kv_values", VALUES, VALUES_SCENARIOS),
+                                  ("layout", LAYOUTS, LAYOUT_SCENARIOS)):
+        _one_of(case, bad, key, known, key.replace("_", " "))
+        if getattr(case, key) != CASE_DEFAULTS[key] and case.scenario not in scenarios:
+            bad(key, f"'{getattr(case, key)}' applies to the scenarios {', '.join(scenarios)} "
+                     f"(this case's is '{case.scenario}')")
 
 
 def _validate_scale_fields(case: Case, bad):
