@@ -190,3 +190,23 @@ def test_key_rows_name_the_drawn_tokens_the_pool_holds_for_every_key_a_row_sees(
         assert torch.equal(tokens[rows.tokens[row, :seen]], pool[slots])
     starts = [sum(cache[:r]) for r in range(len(cache))]
     assert any(int(rows.tokens[row, 0]) != starts[row // case.s_q] for row in range(rows.tokens.shape[0]))
+
+
+@pytest.mark.parametrize("case_id, writer", [("values/sparse-kv/8", "the v32 record writer with the 'amax' scale"),
+                                             ("values/fp8-q/0", "the fp8 writer")])
+def test_a_writers_doing_is_in_the_row_naming_the_writer(tmp_path, case_id, writer):
+    """A zero tile stored as NaN by SGLang's writer (or fp8 saturation) is in the row's ``input_notes``: the
+    engine's writer, named, not a kernel failure."""
+    import json
+
+    from helpers import run_cli
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli(["run", "--suite", "values", "--case", case_id, "--backend", "torch", "--workers", "0",
+                            "--out", str(out), "--no-progress"])
+    row = json.loads(out.read_text())
+    assert code == 0 and row["status"] == "pass", err
+    assert row["input_notes"] and row["input_notes"][0].startswith(f"input: {writer}")
+    clean = tmp_path / "clean.jsonl"
+    run_cli(["run", "--suite", "smoke", "--case", "smoke/fp8/0", "--backend", "torch", "--workers", "0",
+             "--out", str(clean), "--no-progress"])
+    assert "input_notes" not in json.loads(clean.read_text()), "a default case's row is as it was"

@@ -256,8 +256,15 @@ def _tampered(a: Answer, sample: dict) -> Outcome:
         metrics={**(a.extra_metrics or {}), INPUTS_UNCHANGED: {"changed": where}, "out_sample": sample},
         messages=[f"{a.case.id}: the kernel changed its inputs: {where} (not compared with the oracle, which "
                   "would read the changed inputs)"] + list(a.extra_messages),
-        details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist()},
+        details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
+                 **input_notes(a.inputs.notes)},
         kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))
+
+
+def input_notes(notes) -> dict:
+    """What building the inputs noticed (a writer that stored NaN for a zero tile): the row says so, naming
+    the writer, so an engine's defect is not read as the kernel's."""
+    return {"input_notes": list(notes)} if notes else {}
 
 
 def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
@@ -276,5 +283,5 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
         diagnostics=diag,
         details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
                  "k_scale": descale_scalar(a.inputs.descale_k),
-                 **({"lse_produced": False} if a.lse is None else {})},
+                 **({"lse_produced": False} if a.lse is None else {}), **input_notes(a.inputs.notes)},
         kernel_ms=None if a.kernel_ms is None else float(a.kernel_ms))

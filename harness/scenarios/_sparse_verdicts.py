@@ -22,7 +22,7 @@ from ..judging.sparse_oracle import finish_views, start_views, weighted_value_ma
 from ..judging.tolerances import TOLERANCES
 from ..phases import KernelTime, phase
 from ..recording.outcome import Outcome
-from ._common import lse_base_e
+from ._common import input_notes, lse_base_e
 
 OTHER_VIEW = {"exact": None, "bf16_product": "exact"}
 
@@ -157,4 +157,4 @@ def _key_set_counts(scase: SparseCase) -> dict:
 
 def _details(a: SparseAnswer) -> dict:
     return {"seq_lens": a.scase.seq_lens, "tokens_seen": a.scase.seen,
-            "sparse_conventions": a.backend.capabilities.sparse.conventions()}
+            "sparse_conventions": a.backend.capabilities.sparse.conventions(), **input_notes(a.scase.notes)}
