@@ -1,16 +1,21 @@
 """A large results file is read in byte ranges on several cores (``report.split_read``), each line parsed by
-orjson: the report is the one that reading the file line by line in one process with ``json`` gives.  And a
-file that turns out to need the slow way (a torn last line) has each of its rows seen once."""
+orjson: the report is the one that reading the file line by line in one process with ``json`` gives.  A
+file that turns out to need the slow way (a torn last line) has each of its rows seen once.  A forked call
+(``report.forked``) answers from its child, raises its child's error, and is redone here if its child dies."""
 
 import json
+import os
 import re
+import time
 from itertools import cycle, islice
 
 import orjson
 import pytest
 
 from harness.cli import main as cli
+from harness.errors import InputError
 from harness.report import rows, split_read, write_report
+from harness.report.forked import Forked
 
 BENCH = {"timed": False, "why": "no GPU here"}
 
@@ -67,11 +72,29 @@ def test_a_file_read_on_several_cores_gives_the_report_read_line_by_line(source,
     assert "commit" in one and "other-3" in one and 'id="matrix"' in one
 
 
-def test_a_file_that_needs_the_slow_way_has_each_row_seen_once(source, tmp_path):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_file_that_needs_the_slow_way_has_each_row_seen_once(source, tmp_path, monkeypatch, parts):
     lines = [dict(r, bench=BENCH) if k == 3 else r for k, r in enumerate(source[:10])]
     path = tmp_path / "torn.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + json.dumps(source[10])[:60])
-    _, data = write_report([path], tmp_path / "torn.html")
+    _, data = report([path], tmp_path / "torn.html", monkeypatch, parts, orjson.loads)
+    assert len(split_read.ranges(path, parts)) == parts
     assert data.sources == [(str(path), 10)]
     assert len(data.extras.bench) == 1
     assert sum(sum(names.values()) for names in data.extras.kernels.values()) == 10
+
+
+def test_a_forked_call_answers_from_its_child_raises_its_error_and_is_redone_here_if_it_dies():
+    parent = os.getpid()
+    assert Forked(os.getpid).result() != parent
+    assert Forked(os.getpid, fork=False).result() == parent
+    with pytest.raises(InputError, match="bad row"):
+        Forked(raise_input_error, "bad row").result()
+    assert Forked(lambda: os.getpid() if os.getpid() == parent else os._exit(3)).result() == parent
+    child = Forked(time.sleep, 60)
+    child.cancel()
+    assert child.pid is None
+
+
+def raise_input_error(message: str):
+    raise InputError(message)

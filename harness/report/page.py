@@ -17,6 +17,7 @@ from .assets import CSS, JS
 from .baseline import GROWTH_MARKS, MARKS, describe_growth
 from .build import BAD, ReportData, records
 from .fold import fold
+from .forked import Forked
 from .gc_pause import uncollected
 from .text import esc, int_text, ratio
 
@@ -249,21 +250,28 @@ def _drilldowns(data: ReportData) -> str:
     return f'<h2 id="failures">Failing cases</h2>{note}' + "".join(parts)
 
 
+FORK_ROWS = 20_000   # a page of this many rows draws its matrix in a forked child meanwhile (``forked``)
+
+
 def render(data: ReportData, title: str = "mla-verify report") -> str:
     with uncollected():          # the page's pieces hold no cycles (``gc_pause``)
-        return _page(data, title)
+        # the matrix, the longest piece to draw, is drawn on another core while this one draws the rest
+        cases_x_backends = Forked(matrix.section, data, fork=len(data.df) >= FORK_ROWS)
+        try:
+            return _page(data, title, cases_x_backends)
+        finally:
+            cases_x_backends.cancel()
 
 
-def _page(data: ReportData, title: str) -> str:
+def _page(data: ReportData, title: str, cases_x_backends: Forked) -> str:
     summary = (f'<div class="panels"><div class="panel"><h2>By suite, backend, mode and dtype</h2>'
                f'{_counts_table(data)}{_unsupported(data)}</div><div class="panel"><h2>Environment</h2>'
                f'{_verified(data)}{_env_table(data)}</div></div>')
     # the first screen answers "what is wrong, and where do I start": verdict, time, scoreboard, findings
     first = _header(data, title) + lead.scoreboard(data) + lead.findings(data)
+    rest = bench.section(data.extras.bench) + _case_table(data) + _drilldowns(data)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>{esc(title)}: {verdict(data)}</title><style>{CSS}</style></head><body><main>"
-            + first + _cards(data) + _baseline(data) + gpu_models.section(data) + matrix.section(data) + summary
-            + bench.section(data.extras.bench)
-            + _case_table(data)
-            + _drilldowns(data) + f"</main><div id='tip'></div><script>{JS}</script></body></html>")
+            + first + _cards(data) + _baseline(data) + gpu_models.section(data) + cases_x_backends.result()
+            + summary + rest + f"</main><div id='tip'></div><script>{JS}</script></body></html>")
