@@ -6,6 +6,7 @@ Expectations are built apart from the code under test: pages from the store's ``
 ``req_to_token``; the stand-in computes attention from the table and seq lens it is handed.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -185,7 +186,16 @@ def test_the_sparse_reason_names_the_backend_that_runs_the_sparse_sibling():
     assert no_sparse_reason(FlagGemsMLABackend()) == (f"flaggems {generic}; its sparse kernel runs as the "
                                                       "backend flaggems-sparse")
     assert no_sparse_reason(FlashMLABackend()).endswith("; its sparse kernel runs as the backend flashmla-sparse")
-    assert no_sparse_reason(TorchBackend()) == f"torch {generic}"  # no sibling: the reason it always gave
+
+
+    class DenseOnly(TorchBackend):
+        """A plug-in that overrides the dense call alone: no sparse entry point, no sibling."""
+        name, capabilities = "dense-only", dataclasses.replace(TorchBackend.capabilities, sparse=None)
+        features = frozenset({Feature.DENSE})
+
+        def run(self, inputs):
+            return super().run(inputs)
+    assert no_sparse_reason(DenseOnly()) == f"dense-only {generic}"  # no sibling: the generic reason
 
 
 def test_the_named_sparse_backends_exist_and_have_run_sparse():
