@@ -42,11 +42,13 @@ verify: $(SETUP)
 	else echo "no results file, so no report: reports/verify-$(STAMP).jsonl" >&2; fi; \
 	exit $$rc
 
+# pytest over TEST_JOBS processes (pytest-xdist), a test file each at a time, so a module's fixture runs once
+TEST_JOBS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 	$(BIN)/mla-verify selfcheck --no-progress
 
-# SGLang's Triton MLA kernels on CPU (TRITON_INTERPRET=1, fp16) for tests/test_triton_cpu.py.
+# SGLang's Triton MLA kernels on CPU (TRITON_INTERPRET=1, fp16) for tests/backends/test_triton_cpu.py.
 # sglang pins torch 2.14.1, so it goes in --no-deps with the few wheels its kernel modules import
 # (sglang.srt.utils and sglang.srt.environ pull in the rest).  triton 3.7.1: 3.6.0's interpreter
 # breaks on numpy >= 2.4 (int() of a 1-element array).  About 250 MB of wheels.

@@ -50,7 +50,7 @@ class Backend:
 
     Built-in backends declare ``features``; a subclass that does not (a plug-in, a mutant, a test's
     stand-in) offers what it defines: ``__init_subclass__`` fills it in, so a plug-in keeps working
-    unchanged.  tests/test_backend_protocol.py checks each built-in declaration against its members.
+    unchanged.  tests/backends/test_backend_protocol.py checks each built-in declaration against its members.
     """
 
     name = "unnamed"

@@ -27,7 +27,7 @@ from .optional import LazyKernel, dist_version
 
 SIGNATURE = ("flash_mla(q, block_table, blocked_k, max_seqlen_pad, block_size, b, s_q, cache_seqlens, "
              "h_q, h_kv, d, dv, causal)")
-# Lines of flag_gems/fused/flash_mla.py (5.0.2) its limits are quoted from; tests/test_flaggems_coverage.py
+# Lines of flag_gems/fused/flash_mla.py (5.0.2) its limits are quoted from; tests/backends/test_flaggems_coverage.py
 # finds each in the installed source (whitespace aside) where flag_gems is installed.
 SOURCE = {
     "shape": "batch_size, s_q, head_num, d = list(q.shape)",

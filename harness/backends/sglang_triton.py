@@ -23,7 +23,7 @@ is their logsumexp, as SGLang's context-parallel merge does.  The extend kernel
 writes ``lse_extend`` (natural log, -inf for a row with no key).
 
 On CPU the kernels run under ``TRITON_INTERPRET=1`` in fp16; the interpreter
-mishandles bf16 (tests/test_triton_cpu.py).
+mishandles bf16 (tests/backends/test_triton_cpu.py).
 """
 
 import math

@@ -90,8 +90,8 @@ class KVStore:
                                      torch.Generator().manual_seed(case.seed + 1), padding=case.padding,
                                      pool_pages=case.pool_pages, shared_pages=shared,
                                      pinned_pages=pinned_pages_for(case))
-        # ``allocate``'s layouts hold their slots by construction (property-tested: tests/test_fuzz.py,
-        # tests/test_pool.py), so none is checked again here; the block table is, at the launch gate.
+        # ``allocate``'s layouts hold their slots by construction (property-tested: tests/planning/test_fuzz.py,
+        # tests/building/test_pool.py), so none is checked again here; the block table is, at the launch gate.
 
         self.written = first_writes(shared, case.page_size)
         lay = self.index_layout

@@ -12,7 +12,7 @@ A row's numbers depend only on the row: its segments are fixed by its width, eac
 blocks in one order, and the segments are reduced along a dimension fixed by the width too.  So, as in
 PyTorch, a pair checked in a chunk gets the bits it gets alone.  The two forms may differ in a sum's last
 bits (another order of addition, and the compiler may fuse a multiply-add); counts and the places of the
-maxima are the same, the maxima the same to float64 rounding (``tests/test_compare_kernel.py``).  Where
+maxima are the same, the maxima the same to float64 rounding (``tests/fast/test_compare_kernel.py``).  Where
 Triton does not import, or off CUDA, ``statistics`` returns None and PyTorch's form runs.
 """
 

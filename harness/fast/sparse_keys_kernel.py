@@ -8,7 +8,7 @@ their keys, the record read once and the key written once (about 4.6 KB).  The a
 operations in the same order, each correctly rounded: ``exact`` is ``e4m3 * scale`` in float64;
 ``bf16_product`` is ``bf16(e4m3 * bf16(scale))`` in float32 (FlashMLA's SM90 kernel); the rope values are
 widened; a ``zeroed`` entry reads a record of zero bytes.  So the keys are PyTorch's bits, NaN where a
-record holds one (``tests/test_sparse_keys_kernel.py``).  Where each part sits is the format's data
+record holds one (``tests/fast/test_sparse_keys_kernel.py``).  Where each part sits is the format's data
 (``RecordFormat``), handed in as constants (``sparse_write_kernel.constants``, the writer's).  Where Triton
 does not import or cannot build the kernel, or the format's dtypes are not those it converts, ``read_keys``
 says no and PyTorch's form runs.

@@ -9,7 +9,7 @@ few rows of scores: it scales them (one rounding, as ``baddbmm``'s ``alpha`` aft
 invalid entries, keeps the row maximum, then writes the weights ``exp(s - m)`` over the scores and sums
 them.  The sum is added in another order (and cuBLAS may pick another kernel for a product without a
 bias), so out and LSE may differ from PyTorch's form in their last bits
-(``tests/test_sparse_softmax_kernel.py`` holds LSE within 1e-13 and out within 1e-13 of its largest value:
+(``tests/fast/test_sparse_softmax_kernel.py`` holds LSE within 1e-13 and out within 1e-13 of its largest value:
 an element near 0 is a sum that cancels).  A row's numbers depend on that row alone, so a case gets the
 same bits in any chunk.  Where Triton does not import or cannot build the kernel, ``attend_listed`` says
 no and PyTorch's form runs.

@@ -10,7 +10,7 @@ under ``amax`` that is the scale, and the values are times its reciprocal (``div
 are divided by it (exact).  The e4m3 conversion is PyTorch's (nearest, ties to even, as c10's
 ``fp8e4m3fn_from_fp32_value`` and the GPU's ``cvt`` both round; NaN is 0x7F with its sign), said in bits so
 that Triton's interpreter converts as the GPU does.  So the pool's bytes are PyTorch's
-(``tests/test_sparse_write_kernel.py``).  Where each part goes is the format's data (``RecordFormat``), handed
+(``tests/fast/test_sparse_write_kernel.py``).  Where each part goes is the format's data (``RecordFormat``), handed
 in as constants (``constants``).  Where Triton does not import or cannot build the kernel, or the format's
 dtypes are not those it converts, ``write_tokens`` says no and PyTorch's form runs.
 """

@@ -6,7 +6,7 @@ request's length through their bits, and widens them into head-major float64 (a 
 passes, the last at 1.1-1.3 TB/s on the H200, where this kernel moves 3.1-3.4 (docs/archive/gpu-runs-history.md).
 Here each program reads ``BLOCK_KEYS`` keys' ``BLOCK_D`` values at a time straight from their pool rows and
 writes them widened, +0.0 past the request's length.  A bf16, fp16 or float32 value is exact in float64 and
-both forms write +0.0 for padding, so the keys are the same bits either way (``tests/test_widen_kernel.py``);
+both forms write +0.0 for padding, so the keys are the same bits either way (``tests/fast/test_widen_kernel.py``);
 fp8 pools, whose keys are also scaled, keep PyTorch's form.  Where Triton does not import or cannot build
 the kernel, ``fill`` says no and PyTorch's form runs.
 """

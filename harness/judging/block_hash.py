@@ -4,7 +4,7 @@
 arithmetic.  On CUDA it is one Triton kernel that reads each byte once and writes only the sums; in
 PyTorch the product is a temporary the size of the storage, written and read again (three passes, two
 launches), and the witness runs it twice per call on every pool.  Wrapping arithmetic makes the order
-of the additions irrelevant, so both give the same bits (``tests/test_integrity.py`` checks it); where
+of the additions irrelevant, so both give the same bits (``tests/judging/test_integrity.py`` checks it); where
 Triton does not import, there is no CUDA device or the storage is small (``TRITON_MIN_BYTES``), the
 PyTorch form runs.
 """

@@ -2,7 +2,7 @@
 
 Registered in ``MUTANTS`` as every mutant is, each declaring ``needs="sparse"``: ``selfcheck`` runs them on
 its ``sparse`` group (cases/selfcheck.toml), and each is also killed by the ``sparse`` suite
-(tests/test_sparse_mutants.py).  Any runs as a backend: ``--backend mutant:sink_ignored``.  The dense
+(tests/mutants/test_sparse_mutants.py).  Any runs as a backend: ``--backend mutant:sink_ignored``.  The dense
 mutants pass sparse cases as the clean backend does (they override dense steps only), and these pass dense
 cases.
 """

@@ -29,7 +29,7 @@ from harness.running.backend_loader import load_backend
 from harness.scenarios import graph
 from harness.scenarios import run as scenarios_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NAMES = list(BUILTIN)
 CONVENTION_KEYS = {"engine", "index_format", "fp8_q", "lse_base", "empty_row_lse", "has_lse", "out_dtype",
                    "lse_dtype"}

@@ -1,7 +1,7 @@
 """The results file: one writer at a time, and resume ends it cleanly without losing a whole row.
 
 The refusals themselves (a second writer, a line that is not a row, a full disk) are in the bad-input
-matrix, tests/test_bad_input.py; these are the runs that go on.
+matrix, tests/commands/test_bad_input.py; these are the runs that go on.
 """
 
 import json

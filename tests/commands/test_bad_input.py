@@ -27,7 +27,7 @@ from harness.recording.results import read_rows
 from harness.running.runner import run_case
 from harness.scenarios import _common as steps
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD_GROUP = """
 [[group]]

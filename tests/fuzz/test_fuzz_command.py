@@ -1,4 +1,4 @@
-"""``mla-verify fuzz``: drawn cases, shrinking and the corpus (tests/test_fuzz.py is hypothesis on the loader).
+"""``mla-verify fuzz``: drawn cases, shrinking and the corpus (tests/planning/test_fuzz.py is hypothesis on the loader).
 
 - the draw: one seed, one sequence; another seed, another; every case valid, within its bounds, and the
   draws together reach every value of the space the suites use;

@@ -1,5 +1,5 @@
 """Every sparse mutant (harness/mutants/sparse.py) fails the shipped sparse suite on the CPU, by a check
-it declares; the clean torch backend passes it (tests/test_sparse_scenario.py)."""
+it declares; the clean torch backend passes it (tests/scenarios/test_sparse_scenario.py)."""
 
 import pytest
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.planning.cases import load_suite
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator():

@@ -25,7 +25,7 @@ from harness.report.page import PAGE
 from harness.running.backend_loader import load_backend
 from harness.running.runner import run_cases
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SUITE = """
 [suite]

@@ -2,56 +2,18 @@
 gets alone, and the values of the loop definition.  Blocks shared between calls are a GPU's plan; they
 are forced on here so the CPU checks them too."""
 
-import numpy as np
 import pytest
 import torch
+from oracle_problems import problems, random_problem
 
-from reference import Problem, batched, key_set_attention_loop, keysets, mla_attention_many, quantize_fp8
-
-
-def random_problem(seed, causal, s_q, heads, lengths, fp8=False, page_size=64, d_qk=40, d_v=32):
-    g = torch.Generator().manual_seed(seed)
-    b = len(lengths)
-    pages_per = [max(1, -(-n // page_size)) for n in lengths]
-    num_pages = 1 + sum(pages_per) + 2
-    pool = torch.full((num_pages, page_size, 1, d_qk), float("nan"))         # poison outside the requests
-    order = torch.randperm(num_pages - 1, generator=g)[:sum(pages_per)] + 1
-    width = max(pages_per) + 1
-    table = np.full((b, width), -1, dtype=np.int32)                           # padding past each request
-    at = 0
-    for r, (n, k) in enumerate(zip(lengths, pages_per)):
-        table[r, :k] = order[at:at + k].numpy()
-        at += k
-        flat = pool[torch.from_numpy(table[r, :k]).long()].reshape(-1, 1, d_qk)
-        flat[:n] = torch.randn(n, 1, d_qk, generator=g)
-        pool[torch.from_numpy(table[r, :k]).long()] = flat.reshape(k, page_size, 1, d_qk)
-    q = torch.randn(b, s_q, heads, d_qk, generator=g)
-    descale = None
-    if fp8:
-        descale = 0.05
-        pool, q = quantize_fp8(pool, descale), quantize_fp8(q, descale)
-    else:
-        pool, q = pool.to(torch.bfloat16), q.to(torch.bfloat16)
-    keys = keysets.dense(table, lengths, page_size, s_q, causal)
-    return Problem(q, pool, keys, d_qk ** -0.5, d_v, descale, descale)
-
-
-def problems():
-    gen = np.random.default_rng(0)
-    made = []
-    for i in range(14):
-        b = int(gen.integers(1, 5))
-        lengths = [int(n) for n in gen.choice([0, 1, 3, 63, 64, 65, 200, 256, 300, 700], size=b)]
-        made.append(random_problem(i, causal=bool(i % 2), s_q=int(gen.choice([1, 2])), heads=4,
-                                   lengths=lengths, fp8=i % 5 == 4))
-    return made
+from reference import Problem, batched, key_set_attention_loop, keysets, mla_attention_many
 
 
 @pytest.fixture(params=[False, True], ids=["own-blocks", "shared-blocks"])
 def sharing(request, monkeypatch):
     monkeypatch.setattr(batched, "shares_blocks", lambda device: request.param)
     # one thread: with two, the CPU BLAS's first matmul in a process can differ in its last bits from
-    # later ones on the same inputs (see tests/test_parallel_runs.py), which is not the batching's doing
+    # later ones on the same inputs (see tests/running/test_parallel_runs.py), which is not the batching's doing
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield request.param

@@ -70,7 +70,7 @@ def test_the_one_pass_keys_equal_pytorchs_on_cuda():
 def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel():
     import dataclasses
 
-    from test_batched_oracle import problems as cpu_problems
+    from oracle_problems import problems as cpu_problems
 
     from harness.fast import widen_kernel
     from reference import mla_attention_many

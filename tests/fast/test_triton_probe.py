@@ -57,5 +57,5 @@ def test_a_float64_passes_to_a_kernel_as_its_bits_unrounded():
 def test_every_fast_path_has_its_test_by_name_and_its_probe_here():
     fast = sorted(p.stem for p in (REPO / "harness" / "fast").glob("*.py") if p.stem != "__init__")
     assert fast, "harness/fast/ holds no module"
-    assert [m for m in fast if not (REPO / "tests" / f"test_{m}.py").exists()] == []
+    assert [m for m in fast if not (REPO / "tests" / "fast" / f"test_{m}.py").exists()] == []
     assert sorted(name.rpartition(".")[2] for name, _ in KERNELS) == [m for m in fast if m != "triton_probe"]

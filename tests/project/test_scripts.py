@@ -24,14 +24,14 @@ from helpers import REPO
 
 SCRIPTS = REPO / "scripts"
 GPU_LANES_AT_MOST = 12
-HERE = "tests/test_scripts.py"
+HERE = "tests/project/test_scripts.py"
 COVERED = {                          # script (under scripts/) -> the test file that runs it
-    "check_imports.py": "tests/test_imports.py",
-    "gen_sparse_upstream_suite.py": "tests/test_sparse_upstream.py",
+    "check_imports.py": "tests/project/test_imports.py",
+    "gen_sparse_upstream_suite.py": "tests/planning/test_sparse_upstream.py",
     "gen_upstream_suite.py": HERE,
     "install_kernels.sh": HERE,
     "probe_flashmla.py": HERE,
-    "screenshot_report.sh": "tests/test_report.py",      # and its --help here
+    "screenshot_report.sh": "tests/report/test_report.py",      # and its --help here
     "synthetic_results.py": HERE,
     "gpu/bench.sh": HERE,
     "gpu/env.sh": HERE,
@@ -255,7 +255,7 @@ def test_run_legacy_adds_use_legacy_to_every_call_and_changes_nothing_else(tmp_p
 def test_the_gpu_test_lane_runs_the_tests_it_is_given(tmp_path):
     """On the CPU the lane still prints the versions and runs pytest on the files named (a dry run)."""
     log = tmp_path / "lane.log"
-    proc = run(["bash", str(SCRIPTS / "gpu/test.sh"), "tests/test_scripts.py::test_the_gpu_lanes_are_few"],
+    proc = run(["bash", str(SCRIPTS / "gpu/test.sh"), "tests/project/test_scripts.py::test_the_gpu_lanes_are_few"],
                LOG=str(log))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = log.read_text()
