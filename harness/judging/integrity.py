@@ -73,21 +73,29 @@ class _Region:
     def place(self, at: int, within: str = "") -> str:
         """Byte ``at`` of the watched bytes, as an index of the field's tensor or a place beside it."""
         offset = at + self.start                                       # bytes from the tensor's first byte
-        size, nbytes = self.tensor.element_size(), self.tensor.numel() * self.tensor.element_size()
+        t = self.tensor
+        size = t.element_size()
+        nbytes = (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1) * size if t.numel() else 0
         beside = "the guard region" if self.name in GUARDED else "the same storage"
         if offset < 0:
             return f"{self.name}: {-offset} byte(s) before its first element, in {beside}{within}"
         if offset >= nbytes:
             return f"{self.name}: {offset - nbytes} byte(s) past its last element, in {beside}{within}"
-        return f"{self.name}: first changed at index {_unravel(offset // size, self.tensor.shape)}{within}"
+        index = _index_at(offset // size, t)
+        if index is None:          # a strided view's slack: bytes between its elements
+            return f"{self.name}: {offset} byte(s) in, between its elements (a view's slack){within}"
+        return f"{self.name}: first changed at index {index}{within}"
 
 
-def _unravel(flat: int, shape) -> list:
-    idx = []
-    for s in reversed(tuple(shape)):
-        idx.append(flat % s)
-        flat //= s
-    return list(reversed(idx))
+def _index_at(flat: int, t: torch.Tensor) -> list | None:
+    """The index of the element ``flat`` elements past ``t``'s first, by its strides; None where no element
+    lies there (the slack of a strided view)."""
+    idx = [0] * t.dim()
+    for d in sorted(range(t.dim()), key=lambda d: -t.stride(d)):
+        if t.stride(d) and t.shape[d] > 1:
+            idx[d] = min(flat // t.stride(d), t.shape[d] - 1)
+            flat -= idx[d] * t.stride(d)
+    return None if flat else idx
 
 
 def _storage_region(name: str, t: torch.Tensor) -> _Region:

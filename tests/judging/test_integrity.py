@@ -191,3 +191,20 @@ def test_kernels_that_change_their_inputs_fail_every_case(tmp_path, writers, nam
     assert rows and all(r["status"] == "fail" and "inputs.unchanged" in r["failed_checks"] for r in rows)
     assert all("changed its inputs" in " ".join(r["messages"]) for r in rows)
     assert "metrics" not in rows[0] or "out" not in rows[0]["metrics"]     # no comparison on changed inputs
+
+
+def test_a_write_into_a_strided_view_is_named_by_its_index_and_into_its_slack_as_slack():
+    """A view into a larger buffer (``layout = "strided"``): a changed element is named by the view's own index,
+    and a changed byte between its elements as the view's slack, not as some element."""
+    from harness.judging.integrity import _storage_region
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(3, 4, 5, 130, generator=g).to(torch.bfloat16)
+    q = base[:2, :3, :4, :2]                      # every dim one larger, the last 128 larger: as FlashMLA's tests
+    region = _storage_region("q", q)
+    size = q.element_size()
+    at = (q[1, 0, 3, 1].data_ptr() - base.data_ptr())          # byte of the element, from the storage's start
+    assert region.place(at) == "q: first changed at index [1, 0, 3, 1]"
+    slack = (base[0, 0, 0, 7].data_ptr() - base.data_ptr())    # inside the buffer, outside the view
+    assert "between its elements (a view's slack)" in region.place(slack)
+    assert region.place(at + 1) == "q: first changed at index [1, 0, 3, 1]"      # the element's second byte
+    assert size == 2
