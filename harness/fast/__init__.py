@@ -10,7 +10,7 @@
 - ``triton_probe``: how each comes to be used: defined on first use, probed by its first launch, and
   PyTorch's form wherever Triton cannot build or run it (so a Triton costs speed, never a verdict).
 
-Each module's test bears its name, ``tests/test_<module>.py``, and proves it equal to its PyTorch form: on
+Each module's test bears its name, ``tests/fast/test_<module>.py``, and proves it equal to its PyTorch form: on
 CUDA compiled, on the CPU under Triton's interpreter.  The folder sits above ``planning`` (the sparse
 kernels read the record formats) and below ``building`` and ``judging``, which call it.
 """
