@@ -145,3 +145,24 @@ def disagreements_under_interpreter(check: str, kernel_expression: str) -> tuple
         assert kernel is not None, "triton does not load"
         print(disagreements("cpu", kernel) or "equal")
     """))
+
+
+def heads_keyed_suite(seed: int, drafts: int, heads: list[int]) -> str:
+    """A suite file of small verify cases, case g/i with ``heads[i]`` heads, for a plug-in that misbehaves on
+    one case by its head count (a crash, a hang, a write to stderr)."""
+    return textwrap.dedent(f'''
+        [suite]
+        seed = {seed}
+        [defaults]
+        batch_size = 2
+        heads = 4
+        d_qk = 40
+        d_v = 32
+        page_size = 8
+        seqlen = "uniform:1:40"
+        [[group]]
+        name = "g"
+        mode = "verify"
+        draft_tokens = {drafts}
+        heads = {heads}
+    ''')

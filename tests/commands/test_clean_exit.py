@@ -13,23 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, heads_keyed_suite, run_cli
 
-SUITE = textwrap.dedent('''
-    [suite]
-    seed = 3
-    [defaults]
-    batch_size = 2
-    d_qk = 40
-    d_v = 32
-    page_size = 8
-    seqlen = "uniform:1:40"
-    [[group]]
-    name = "g"
-    mode = "verify"
-    draft_tokens = 2
-    heads = [4, 5, 6]      # case g/1 has 5 heads: the plug-in below keys on it
-''')
+SUITE = heads_keyed_suite(seed=3, drafts=2, heads=[4, 5, 6])   # case g/1 has 5 heads: the plug-in keys on it
 
 NOISY = textwrap.dedent('''
     import multiprocessing, os, signal, sys

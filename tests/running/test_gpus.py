@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 from fakes import FakeWorker
-from helpers import run_cli
+from helpers import heads_keyed_suite, run_cli
 
 from harness.errors import InputError
 from harness.running import gpus, placement
@@ -131,22 +131,7 @@ def test_a_gpu_is_out_of_the_run_after_deaths_in_a_row(capsys):
     assert not placement.check_lost(b, [a, b], "z")                 # the last GPU stays
 
 
-SUITE = textwrap.dedent('''
-    [suite]
-    seed = 5
-    [defaults]
-    batch_size = 2
-    heads = 4
-    d_qk = 40
-    d_v = 32
-    page_size = 8
-    seqlen = "uniform:1:40"
-    [[group]]
-    name = "g"
-    mode = "verify"
-    draft_tokens = 3
-    heads = [4, 5, 6, 7, 8, 9, 10, 11]
-''')
+SUITE = heads_keyed_suite(seed=5, drafts=3, heads=[4, 5, 6, 7, 8, 9, 10, 11])
 
 # Every call notes the GPU its process sees.  A call on BAD_GPU kills its process; a process on any other
 # waits, on its first call, until every GPU named in WAIT_FOR has started a case, so each of them gets one

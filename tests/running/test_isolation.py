@@ -3,26 +3,13 @@
 import json
 import textwrap
 
+from helpers import heads_keyed_suite
+
 from harness import phases
 from harness.backends.torch_backend import TorchBackend
 from harness.cli import main
 
-SUITE = textwrap.dedent('''
-    [suite]
-    seed = 5
-    [defaults]
-    batch_size = 2
-    heads = 4
-    d_qk = 40
-    d_v = 32
-    page_size = 8
-    seqlen = "uniform:1:40"
-    [[group]]
-    name = "g"
-    mode = "verify"
-    draft_tokens = 3
-    heads = [4, 5, 6, 7, 8, 9]      # case g/i has 4 + i heads: the plug-in below keys on it
-''')
+SUITE = heads_keyed_suite(seed=5, drafts=3, heads=[4, 5, 6, 7, 8, 9])   # case g/i: 4 + i heads, the plug-in keys on it
 
 PLUGIN = textwrap.dedent('''
     import os, signal, time
