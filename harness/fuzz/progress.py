@@ -7,8 +7,8 @@ import sys
 import time
 
 from ..planning.case import Case
+from ..recording.findings import size
 from ..recording.status import gates
-from ..report.findings import size
 from .shrink import sizes
 from .signature import describe
 

@@ -3,8 +3,8 @@
 
 import re
 
+from ..recording.findings import signature as finding_signature
 from ..recording.status import gates
-from ..report.findings import signature as finding_signature
 
 
 def signature(row: dict) -> tuple[str, str, str, str] | None:

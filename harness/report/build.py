@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..judging.checks import TENSOR_NAMES
+from ..recording import findings as clustering
 from ..recording.reasons import Grouped, group_reasons
 from ..recording.status import GATING, STATUSES, Status, Verdict, verdict_of
 from . import findings as findings_mod
@@ -88,7 +89,7 @@ class Extras:
         self.selection.update(str(n) for n in row.get("selection") or [])
         if isinstance(row.get("bench"), dict):
             self.bench.append(row)
-        rec["sig"] = findings_mod.signature(row) if rec["status"] in BAD else None
+        rec["sig"] = clustering.signature(row) if rec["status"] in BAD else None
         rec["sample"] = sample(row)
 
     def part(self) -> "Extras":

@@ -4,7 +4,7 @@ and a finding whose verdict differs by GPU model naming the models it sets apart
 from dataclasses import replace
 
 from ..recording import findings as clustering
-from ..recording.findings import Finding, signature, size  # noqa: F401  (re-exported: the report's readers)
+from ..recording.findings import Finding
 from .gpu_models import describe
 
 

@@ -17,9 +17,9 @@ from collections import Counter
 import pytest
 
 from harness.cli import main as cli
+from harness.recording.findings import size
 from harness.recording.results import read_rows
 from harness.report import write_report
-from harness.report.findings import size
 from harness.report.text import seconds
 
 MUTANTS = ("lse_base2", "causal_plus_one")
