@@ -43,7 +43,7 @@ def resolves(module: str, rest: list[str]) -> bool:
     obj, path = importlib.import_module(module), module
     for part in rest:
         if hasattr(obj, part):
-            obj = getattr(obj, part)
+            obj, path = getattr(obj, part), f"{path}.{part}"     # a submodule imported already: go on from it
             continue
         try:
             obj = importlib.import_module(f"{path}.{part}")
