@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 GPU    := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH  ?= $(if $(GPU),,torch==2.13.0)
 # graph cases need CUDA: on a CPU machine they are recorded as unsupported, with the reason
-SUITES ?= smoke,decode,verify,fp8,edge,graph,scale,sparse
+SUITES ?= smoke,decode,verify,fp8,edge,graph,scale,sparse,sparse-v4
 BACKEND ?= auto
 # REQUIRE_KERNEL=1: exit 2 before running unless a real kernel (not the pure-PyTorch backend) is verified
 REQUIRE_KERNEL ?=

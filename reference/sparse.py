@@ -9,6 +9,12 @@ that walks the index row does.  For query token t and head h::
     out   = sum_j exp(s_j - lse) V[idx[t, j]]          V = the first d_v columns of K
     out  *= exp(lse) / (exp(lse) + exp(sink[h]))       only with a sink
 
+DeepSeek V4 reads two pools in one call, the main cache and an extra (compressed) one, each with its own
+index rows and, per request, a length: an entry at or past its row's length is invalid whatever its index
+says (``counted``).  Its key set is the valid entries of both, in one softmax: the same attention over the
+two pools stacked into one, the extra indices moved past the main pool's slots (``joined``), which is how
+FlashMLA's ``tests/ref.py`` computes it (it gathers both and concatenates them along the key axis).
+
 A row with no valid entry has out 0 and LSE +inf (FlashMLA's convention: a backend that says
 otherwise declares it).  A sink of +inf zeroes the row's out; -inf leaves it unchanged.  The
 arithmetic is float64 on whatever device ``keys`` is on, a few query rows at a time.
@@ -42,6 +48,25 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor,
         listed, valid = _listed(keys, indices[r0:r1])
         out[r0:r1], lse[r0:r1] = attend_listed(q[r0:r1], listed, valid, softmax_scale, d_v)
     return with_sink(out, lse, sink)
+
+
+def counted(indices: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """``indices (n, s_q, k)`` with every entry at or past its kernel row's ``lengths (n,)`` set to -1 (the
+    indices themselves where ``lengths`` is None: all k count)."""
+    if lengths is None:
+        return indices
+    at = torch.arange(indices.shape[-1], device=indices.device)
+    past = at[None, None, :] >= lengths.to(indices.device).long()[:, None, None]
+    return indices.masked_fill(past, -1)
+
+
+def joined(keys: torch.Tensor, indices: torch.Tensor, extra_keys: torch.Tensor,
+           extra_indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two pools as one: ``extra_keys`` stacked after ``keys``, and each query row's entries, its main ones
+    then its extra ones moved past the main pool's slots (-1 stays -1).  ``indices (n, k)``,
+    ``extra_indices (n, k2)``, both already ``counted``."""
+    moved = torch.where(extra_indices >= 0, extra_indices + keys.shape[0], extra_indices)
+    return torch.cat([keys, extra_keys]), torch.cat([indices, moved], dim=-1)
 
 
 def row_blocks(n: int, topk: int, d: int) -> list[tuple[int, int]]:

@@ -31,6 +31,15 @@ class SparseSupport:
     index_format: str = "token_slots"   # page * page_size + offset, -1 invalid
     max_draft_tokens: int = 8
     engine: str = "mla-verify"
+    # DeepSeek V4's second cache in the same call (docs/sparse.md): the (main, extra) format pairs it reads
+    # together (None: every pair of known formats), a multiple the extra width must be, and the main formats
+    # with which it takes per-row lengths (topk_length, extra_topk_length; None: every format).  ``refusals``:
+    # the kernel's own words for a limit, quoted in the reason: ((what, quote), ...), what one of
+    # "extra_cache", "topk_length"
+    extra_pairs: tuple | None = ()
+    extra_topk_multiple: int = 1
+    length_formats: tuple | None = ()
+    refusals: tuple = ()
 
     def formats(self) -> tuple:
         """The record formats it reads."""
@@ -58,13 +67,39 @@ class SparseSupport:
             return "takes no attn_sink"
         if case.mode == "verify" and case.draft_tokens > self.max_draft_tokens:
             return f"{case.draft_tokens} draft tokens; supports at most {self.max_draft_tokens}"
+        return self._second_cache_reason(case)
+
+    def _second_cache_reason(self, case: Case) -> str | None:
+        """Why the case's extra cache or lengths are refused, quoting the kernel where it says."""
+        quote = dict(self.refusals)
+        if case.extra_topk:
+            pair = (case.kv_format, case.extra_kv_format or case.kv_format)
+            if self.extra_pairs is not None and pair not in self.extra_pairs:
+                said = quote.get("extra_cache", "takes no extra cache")
+                return f"a {pair[1]} extra cache beside a {pair[0]} main cache: {said}"
+            if case.extra_topk % self.extra_topk_multiple:
+                return f"extra_topk {case.extra_topk} is not a multiple of {self.extra_topk_multiple}"
+        if "none" != case.topk_length or "none" != case.extra_topk_length:
+            if self.length_formats is not None and case.kv_format not in self.length_formats:
+                said = quote.get("topk_length", "takes no per-row topk_length")
+                return f"per-row lengths with a {case.kv_format} cache: {said}"
         return None
+
+    def pairs(self) -> list:
+        """The (main, extra) format pairs it reads in one call."""
+        if self.extra_pairs is not None:
+            return [list(p) for p in self.extra_pairs]
+        return [[main, extra] for main in FORMATS for extra in FORMATS
+                if FORMATS[main].d_qk == FORMATS[extra].d_qk]          # one softmax: keys of one width
 
     def describe(self) -> dict:
         """What ``mla-verify list`` prints: the inputs it takes, then its conventions."""
         return {"kv_formats": list(self.formats()), "devices": list(self.devices),
                 "page_sizes": list(self.page_sizes) if self.page_sizes else None,
                 "topk_multiple": self.topk_multiple, "max_draft_tokens": self.max_draft_tokens,
+                "extra_pairs": self.pairs(), "extra_topk_multiple": self.extra_topk_multiple,
+                "length_formats": list(self.length_formats if self.length_formats is not None else FORMATS),
+                "refusals": [list(r) for r in self.refusals],
                 **self.conventions()}
 
     def conventions(self) -> dict:

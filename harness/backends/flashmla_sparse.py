@@ -11,6 +11,11 @@ calls it for an fp8 cache on Hopper (``flashmla_kv`` in ``dsa_backend.py``, thro
 - ``causal=False``, ``is_fp8_kvcache=True``, ``use_legacy=True``; no sink from SGLang (FlashMLA's
   own tests pass one, so a case with a sink passes it too).
 
+DeepSeek V4's compressed layers (an extra cache, per-row ``topk_length`` / ``extra_topk_length``) are called
+as FlashMLA's own test calls them (``tests/lib.py``, ``run_flash_mla_decode``): no block table or
+cache_seqlens, an empty ``FlashMLASchedMeta`` the kernel fills on its first call, ``extra_k_cache``,
+``extra_indices_in_kvcache`` and both lengths, with ``use_legacy=True`` (the wheel's SM90 build).
+
 The kernel dequantizes a record as ``bf16(e4m3 * bf16(scale))`` (the wheel's SM90 source, noted in
 docs/sparse.md): the oracle's ``bf16_product`` view.
 """
@@ -44,7 +49,15 @@ class FlashMLASparseBackend(Backend):
             kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
             # "On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel's source)
             topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
-            engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)"))
+            engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)",
+            # DeepSeek V4's second cache and per-row lengths are MODEL1 (d_qk 512) features; its docstring:
+            # extra_k_cache's "format requirements are the same as k_cache"; the wheel's strings: "extra_topk
+            # mod 64 must be 0"
+            extra_pairs=(("v4", "v4"),), extra_topk_multiple=64, length_formats=("v4",),
+            refusals=(("extra_cache", '"V3.2 does not support extra KV cache" (FlashMLA 9241ae3, '
+                                      'csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh)'),
+                      ("topk_length", '"V3.2 does not support dynamic topk length" (FlashMLA 9241ae3, '
+                                      'csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh)'))))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
     packages = (("flash_mla", "sgl-flash-mla"),)
     install = INSTALL
@@ -88,13 +101,32 @@ class FlashMLASparseBackend(Backend):
         sink = inputs.attn_sink
         if sink is not None and padded != heads:  # padded heads' outputs are dropped: -inf is no sink
             sink = torch.cat([sink, sink.new_full((padded - heads,), float("-inf"))])
-        tile, splits = self.m.get_mla_decoding_metadata(
-            inputs.cache_seqlens, s_q * padded, 1, padded, is_fp8_kvcache=True, topk=inputs.topk, use_legacy=True)
-        sched, _ = self.m.get_mla_metadata()
-        sched.tile_scheduler_metadata, sched.num_splits = tile, splits
-        block_table = torch.empty((n, 0), dtype=torch.int32, device=q.device)
-        out, lse = self.m.flash_mla_with_kvcache(
-            q, inputs.kv_pool, block_table, inputs.cache_seqlens, inputs.d_v, sched, None,
-            softmax_scale=inputs.softmax_scale, causal=False, is_fp8_kvcache=True, indices=inputs.indices,
-            attn_sink=sink, use_legacy=True)
+        if _v4_call(inputs):
+            out, lse = self._run_v4(q, inputs, sink)
+        else:
+            tile, splits = self.m.get_mla_decoding_metadata(inputs.cache_seqlens, s_q * padded, 1, padded,
+                                                            is_fp8_kvcache=True, topk=inputs.topk, use_legacy=True)
+            sched, _ = self.m.get_mla_metadata()
+            sched.tile_scheduler_metadata, sched.num_splits = tile, splits
+            block_table = torch.empty((n, 0), dtype=torch.int32, device=q.device)
+            out, lse = self.m.flash_mla_with_kvcache(
+                q, inputs.kv_pool, block_table, inputs.cache_seqlens, inputs.d_v, sched, None,
+                softmax_scale=inputs.softmax_scale, causal=False, is_fp8_kvcache=True, indices=inputs.indices,
+                attn_sink=sink, use_legacy=True)
         return out[:, :, :heads], lse[:, :heads, :]
+
+    def _run_v4(self, q, inputs, sink):
+        """DeepSeek V4's call, as FlashMLA's own test makes it (``lib.run_flash_mla_decode``) and the engines
+        do: no block table or cache_seqlens, a fresh schedule the kernel fills from the lengths on its
+        first call, the extra cache and both lengths."""
+        sched, _ = self.m.get_mla_metadata()
+        return self.m.flash_mla_with_kvcache(
+            q, inputs.kv_pool, None, None, inputs.d_v, sched, None, softmax_scale=inputs.softmax_scale,
+            causal=False, is_fp8_kvcache=True, indices=inputs.indices, attn_sink=sink,
+            extra_k_cache=inputs.extra_kv_pool, extra_indices_in_kvcache=inputs.extra_indices,
+            topk_length=inputs.topk_length, extra_topk_length=inputs.extra_topk_length, use_legacy=True)
+
+
+def _v4_call(inputs) -> bool:
+    """Whether the call carries V4's second cache or per-row lengths."""
+    return inputs.extra_kv_pool is not None or inputs.topk_length is not None

@@ -75,12 +75,16 @@ def count_inputs(inputs, capabilities) -> Work:
 
 
 def count_sparse(inputs, indices) -> Work:
-    """One sparse call: ``inputs`` a ``SparseInputs`` (q as the model's heads), ``indices`` its index tensor."""
+    """One sparse call: ``inputs`` a ``SparseInputs`` (q as the model's heads), ``indices`` its index tensor.
+    With DeepSeek V4's extra cache its entries count too, and the distinct extra records read."""
     n, s_q, heads, d_qk = inputs.q.shape
-    flops = 2 * n * s_q * heads * inputs.topk * (d_qk + inputs.d_v)
-    slots = int(indices[indices >= 0].unique().numel())
+    flops = 2 * n * s_q * heads * (inputs.topk + inputs.extra_topk) * (d_qk + inputs.d_v)
+    records = int(indices[indices >= 0].unique().numel()) * inputs.fmt.row_bytes
+    if inputs.extra_indices is not None:
+        extra = inputs.extra_indices
+        records += int(extra[extra >= 0].unique().numel()) * inputs.extra_fmt.row_bytes
     q, out = n * s_q * heads * d_qk * 2, n * s_q * heads * inputs.d_v * 2
-    return Work(flops=float(flops), bytes=float(slots * inputs.fmt.row_bytes + q + out))
+    return Work(flops=float(flops), bytes=float(records + q + out))
 
 
 def ridge(copy_bytes_per_s: float, matmul_flop_per_s: float) -> float:

@@ -33,7 +33,9 @@ OFFSET_BYTES = 256                  # a multiple of every element size, and of t
 INT_POISON = 0
 DENSE_READ = ("q", "q_model", "kv_pool", "block_table", "cache_seqlens", "seq_lens", "req_to_token",
               "req_pool_indices", "descale_q", "descale_k")
-SPARSE_READ = ("q", "indices", "cache_seqlens", "attn_sink")       # and the pool: ``_records``
+# and the pools: ``_records``.  The lengths stay whole: FlashMLA requires them contiguous
+# (``KU_CHECK_CONTIGUOUS(topk_length)``, csrc/api/sparse_decode.h)
+SPARSE_READ = ("q", "indices", "cache_seqlens", "attn_sink", "extra_indices")
 
 
 def _poisoned(shape, like: torch.Tensor) -> torch.Tensor:
@@ -96,6 +98,8 @@ def relaid_sparse(case: Case, scase: SparseCase) -> SparseCase:
     inputs, move = scase.inputs, MOVES[case.layout]
     changed = {name: move(t) for name in SPARSE_READ if (t := getattr(inputs, name)) is not None}
     changed["kv_pool"] = _records(inputs.kv_pool, case.layout)
+    if inputs.extra_kv_pool is not None:
+        changed["extra_kv_pool"] = _records(inputs.extra_kv_pool, case.layout)
     return dataclasses.replace(scase, inputs=dataclasses.replace(inputs, **changed))
 
 

@@ -15,11 +15,15 @@
 - ``cache_seqlens = min(tokens seen, topk)``, SGLang's ``dsa_cache_seqlens`` (the scheduler's input).
 - vLLM keeps a request's drafts in one kernel row (``Case.verify_rows = "per_request"``: indices
   ``(n, 1 + k, topk)``); the same seed gives the same query tokens and key sets in both shapes.
+- DeepSeek V4's compressed layers read a second cache in the same call (``Case.extra_topk``): its own
+  records, page size, entries per request and indices, and each scope its own per-row length
+  (``Case.topk_length``, ``Case.extra_topk_length``).  Both scopes are built by the same steps
+  (``sparse_scope``); a case without the extra cache builds exactly what it always built.
 
 The case's value distributions reshape q and the tokens before they are written (``values``), and its layout
 relays the tensors the kernel reads (``layouts``); at their defaults both leave the inputs as they were.
 
-Here: ``build`` and its draws, and the size estimate.  ``SparseInputs`` and what is read from it (the
+Here: ``build``, the scopes' specs, and the size estimate.  ``SparseInputs`` and what is read from it (the
 index stats, the index gate, the output buffer) are ``sparse_kernel_inputs``; the engine's writes into the
 records ``sparse_kv_store``.  Their names are re-exported here, where scenarios, backends and tests import
 them.
@@ -27,22 +31,18 @@ them.
 
 from functools import cache
 
-import numpy as np
 import torch
 
 from reference.sparse import ROW_BLOCK_ELEMENTS
 
-from ..fast import sparse_write_kernel
+from ..planning.case_lengths import extra_entries, extra_ratio
 from ..planning.cases import Case
 from . import input_notes, key_rows, layouts, values
-from .guards import HASH_ROW_BYTES, guarded
+from .guards import HASH_ROW_BYTES
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, shared_pages_for
 from .kv_store import first_writes
-from .pool import assign_pages, req_to_token_of
 from .sparse_cache import (  # noqa: F401  (FORMATS: re-exported, see the module doc)
     FORMATS,
-    POISON_BYTE,
-    quantize,
     record_format,
     write_records,
 )
@@ -54,10 +54,12 @@ from .sparse_kernel_inputs import (  # noqa: F401  (re-exported: see the module 
     output_buffer,
     validate_indices,
 )
-from .sparse_kv_store import selected_writes, written_slots
+from .sparse_kv_store import written_slots  # noqa: F401  (re-exported: see the module doc)
+from .sparse_scope import Scope, ScopeSpec, place, plan, write
 from .transfer import to_device_named
 
 SINK_SCALE, SINK_SHIFT = 2.0, 4.0          # "random" sinks: N(4, 2^2), near a typical LSE so they matter
+EXTRA_SEED = 10                            # the extra scope's draws: case.seed + 10 on (its tokens' + 15)
 
 
 def sink_for(case: Case, gen: torch.Generator) -> torch.Tensor | None:
@@ -70,24 +72,6 @@ def sink_for(case: Case, gen: torch.Generator) -> torch.Tensor | None:
     return sink
 
 
-def positions_for(pattern: str, seen: int, topk: int, gen: torch.Generator) -> np.ndarray:
-    """The top-k positions (of ``seen`` tokens) one query row lists, -1 padded to ``topk``."""
-    row = np.full(topk, -1, dtype=np.int64)
-    if pattern == "invalid" or seen == 0:
-        return row
-    if pattern == "window":
-        picked = np.arange(max(0, seen - topk), seen)
-    else:
-        picked = torch.randperm(seen, generator=gen)[:topk].numpy()
-    row[:len(picked)] = picked
-    if pattern == "holes":           # -1 entries inside the valid prefix (sglang #30645's shape)
-        row[torch.rand(topk, generator=gen).numpy() < 0.25] = -1
-    elif pattern == "repeat" and len(picked) > 1:     # a quarter of the entries repeat others
-        dup = torch.randperm(len(picked), generator=gen)[:max(1, len(picked) // 4)].numpy()
-        row[dup] = picked[torch.randint(0, len(picked), (len(dup),), generator=gen).numpy()]
-    return row
-
-
 def query_rows(case: Case, seq_lens: list[int]) -> list[tuple[int, int]]:
     """``(request, tokens seen)`` per query row: decode's one row per request, verify's flattened drafts."""
     if case.mode == "decode":
@@ -95,112 +79,92 @@ def query_rows(case: Case, seq_lens: list[int]) -> list[tuple[int, int]]:
     return [(r, n + i + 1) for r, n in enumerate(seq_lens) for i in range(case.draft_tokens)]
 
 
-def row_patterns(case: Case, rows: list[tuple[int, int]]) -> list[str]:
-    """Each query row's pattern: ``padded`` is ``random`` with the last third of the requests' rows all -1,
-    as CUDA-graph and DP padding rows are."""
-    if case.index_pattern != "padded":
-        return [case.index_pattern] * len(rows)
-    first_padding = case.batch_size - case.batch_size // 3
-    return ["invalid" if r >= first_padding else "random" for r, _ in rows]
-
-
-def host_drawn_positions(case: Case, rows: list, host_gen: torch.Generator) -> torch.Tensor:
-    """Each row's listed positions (of the tokens it sees), drawn row by row on the host
-    (``positions_for``), -1 padded: ``(rows, topk)`` int32."""
-    positions = np.full((len(rows), case.topk), -1, dtype=np.int32)
-    for i, ((_, seen), pattern) in enumerate(zip(rows, row_patterns(case, rows))):
-        if pattern != "invalid" and seen > 0:       # else all -1, and no draw (as positions_for)
-            positions[i] = positions_for(pattern, seen, case.topk, host_gen)
-    return torch.from_numpy(positions)
-
-
-def batched_positions(case: Case, width: int, seen: torch.Tensor) -> torch.Tensor:
-    """The ``batched`` pattern: every row's listed positions in one draw on the device, as FlashMLA's tests
-    draw theirs (``lib._randperm_batch``: a uniform key per seen position, the ``topk`` largest, -1 past the
-    row's positions).  ``seen``: each row's tokens seen, on the device; ``width``: the most tokens a row
-    sees, or topk if more.  ``(rows, topk)``.  No per-row host work (FlashMLA's matrix has 1.3 million query
-    rows), and no wait."""
-    device = seen.device
-    gen = torch.Generator(device=device).manual_seed(case.seed + 3)
-    keys = torch.rand(len(seen), width, generator=gen, device=device)
-    keys.masked_fill_(torch.arange(width, device=device)[None, :] >= seen[:, None], -torch.inf)
-    pos = keys.topk(case.topk, dim=-1).indices
-    return torch.where(pos < seen[:, None], pos, -1)
-
-
-def slots_of(positions: torch.Tensor, owner: torch.Tensor, req_to_token: torch.Tensor) -> torch.Tensor:
-    """``transform_index_page_table_decode``: each listed position's KV slot, ``req_to_token[owner[row],
-    position]``; -1 stays -1.  ``(rows, topk)`` int32, on the tensors' device."""
-    listed = positions.long()
-    valid = listed >= 0
-    slots = req_to_token[owner.long()[:, None], listed.clamp(0, req_to_token.shape[1] - 1)]
-    return torch.where(valid, slots, -1).to(torch.int32)
-
-
 def engine_shape(case: Case) -> int:
     """Query tokens per kernel row: SGLang flattens verify (1); vLLM keeps a request's drafts together."""
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
-def build(case: Case, device) -> SparseCase:
-    """The case's inputs, from its seed: lengths, pages and listed positions drawn on the host, everything
-    as wide as the context (``req_to_token``, the slots, the tokens) built on ``device``.  It waits for the
-    device once, for the indices' ``IndexStats`` (the gate reads them on the host)."""
-    device = torch.device(device)
-    fmt = record_format(case.kv_format)
-    seq_lens = draw_seq_lens(case)
+def main_spec(case: Case, seq_lens: list[int]) -> ScopeSpec:
+    """The main cache's scope: the case's pages, its requests' tokens, its index pattern and length."""
     total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
-    host_gen = torch.Generator().manual_seed(case.seed + 2)
     shared = shared_pages_for(case, total)
-    pages = assign_pages(total, case.page_size, case.extra_pages, torch.Generator().manual_seed(case.seed + 1),
-                         pool_pages=case.pool_pages, shared_pages=shared)
-    rows = query_rows(case, seq_lens)
-    s_q = engine_shape(case)
-    first = first_writes(shared, case.page_size)
-    count = [max(n - f, 0) for f, n in zip(first, total)]
+    return ScopeSpec(record_format(case.kv_format), case.page_size, total, first_writes(shared, case.page_size),
+                     shared, case.extra_pages, case.pool_pages, query_rows(case, seq_lens), engine_shape(case),
+                     case.topk, case.index_pattern, case.batch_size - case.batch_size // 3, case.topk_length,
+                     case.seed)
+
+
+def extra_spec(case: Case, seq_lens: list[int]) -> ScopeSpec | None:
+    """The extra cache's scope (None without one): its own format, page size, entries per request
+    (``case_lengths.extra_entries``), pattern and length.  A query row sees all its request's entries, or
+    with ``ratio:N`` the compressed entries of the tokens it sees."""
+    if not case.extra_topk:
+        return None
+    entries = extra_entries(case, cache_seqlens_for(case, seq_lens))
+    ratio = extra_ratio(case)
+    rows = [(r, seen // ratio if ratio else entries[r]) for r, seen in query_rows(case, seq_lens)]
+    return ScopeSpec(record_format(case.extra_kv_format or case.kv_format), case.extra_page_size, entries,
+                     [0] * len(entries), None, case.extra_pages, 0, rows, engine_shape(case), case.extra_topk,
+                     case.extra_index_pattern, case.batch_size - case.batch_size // 3, case.extra_topk_length,
+                     case.seed + EXTRA_SEED)
+
+
+def _named(prefix: str, pack: dict) -> dict:
+    return {f"{prefix}{k}": v for k, v in pack.items()}
+
+
+def _unnamed(prefix: str, sent: dict) -> dict:
+    return {k[len(prefix):]: v for k, v in sent.items() if k.startswith(prefix)}
+
+
+def build(case: Case, device) -> SparseCase:
+    """The case's inputs, from its seed: lengths, pages and listed positions drawn on the host (``plan``),
+    sent in one transfer, everything as wide as the context (``req_to_token``, the slots, the tokens) built
+    on ``device`` (``place``).  It waits for the device once, for the indices' ``IndexStats`` (the gate
+    reads them on the host)."""
+    device = torch.device(device)
+    seq_lens = draw_seq_lens(case)
+    specs = {"main.": main_spec(case, seq_lens), "extra.": extra_spec(case, seq_lens)}
+    planned = {name: plan(spec) for name, spec in specs.items() if spec is not None}
+    main = specs["main."]
+    rows = main.rows
     # SGLang's dsa_cache_seqlens; with a request's drafts in one kernel row, its longest row's
     cache = torch.tensor([min(seen, case.topk) for _, seen in rows], dtype=torch.int32)
-    pack = {"cache_seqlens": cache.view(-1, s_q).amax(dim=1).to(torch.int32),
-            "pages": torch.from_numpy(pages.pages), "rows": torch.from_numpy(pages.rows),
-            "lengths": torch.from_numpy(pages.lengths), "first": torch.tensor(first, dtype=torch.int32),
-            "count": torch.tensor(count, dtype=torch.int32),
-            "owner": torch.from_numpy(pages.rows[[r for r, _ in rows]])}
-    if case.index_pattern == "batched":
-        pack["seen"] = torch.tensor([n for _, n in rows], dtype=torch.int32)
-    else:
-        pack["positions"] = host_drawn_positions(case, rows, host_gen)
-    sink = sink_for(case, host_gen)
+    pack = {"cache_seqlens": cache.view(-1, main.s_q).amax(dim=1).to(torch.int32)}
+    for name, (_, part, _) in planned.items():
+        pack.update(_named(name, part))
+    sink = sink_for(case, planned["main."][2])
     if sink is not None:
         pack["sink"] = sink.float().view(torch.int32)          # as its bits: one int32 transfer carries all
     sent = to_device_named(pack, device)
-    req_to_token = req_to_token_of(sent["pages"], sent["lengths"], sent["rows"], pages.max_reqs, case.page_size)
-    if case.index_pattern == "batched":
-        width = max(max((n for _, n in rows), default=0), case.topk)
-        sent["positions"] = batched_positions(case, width, sent["seen"])
-    indices = slots_of(sent["positions"], sent["owner"], req_to_token).view(len(rows) // s_q, s_q, case.topk)
-    num_slots = pages.num_pages * case.page_size
-    slots = selected_writes(indices, written_slots(req_to_token, sent["rows"], sent["first"], sent["count"],
-                                                   sum(count)), num_slots)
+    scopes = {name: place(specs[name], pages, _unnamed(name, sent)) for name, (pages, _, _) in planned.items()}
+    scope = scopes["main."]
     gen = torch.Generator(device=device).manual_seed(case.seed)
-    q = draw_normal((len(rows) // s_q, s_q, case.heads, case.d_qk), gen, torch.bfloat16)
-    tokens = draw_normal((len(slots), case.d_qk), gen, torch.bfloat16)      # the written ones: no others are read
+    n = len(rows) // main.s_q
+    q = draw_normal((n, main.s_q, case.heads, case.d_qk), gen, torch.bfloat16)
+    tokens = draw_normal((len(scope.slots), case.d_qk), gen, torch.bfloat16)      # the written ones: no others are read
     q, tokens = values.shaped(case, q, tokens[:, None], gen=gen, rows_of=lambda: key_rows.sparse_rows(
-        indices, slots, num_slots, [r for r, _ in rows]))
-    tokens = tokens[:, 0]
-    # one spare page past the pool takes the padding writes, and is poisoned again after them
-    records = guarded((pages.num_pages + 1, fmt.page_bytes(case.page_size)), torch.uint8, device, POISON_BYTE)
-    if not sparse_write_kernel.write_tokens(records, slots, tokens, fmt, case.page_size, case.kv_scales):
-        write_records(records, slots, quantize(tokens, fmt, case.kv_scales), fmt, case.page_size)
-    records[pages.num_pages].fill_(POISON_BYTE)
-    notes = input_notes.record_notes(case, records, slots, num_slots, fmt)
+        scope.indices, scope.slots, scope.num_slots, [r for r, _ in rows]))
+    write(scope, tokens[:, 0], case.kv_scales)
+    extra = scopes.get("extra.")
+    if extra is not None:        # the compressed cache's tokens: N(0, 1), its own generator
+        extra_gen = torch.Generator(device=device).manual_seed(case.seed + EXTRA_SEED + 5)
+        write(extra, draw_normal((len(extra.slots), case.d_qk), extra_gen, torch.bfloat16), case.kv_scales)
+    notes = input_notes.record_notes(case, scope.records, scope.slots, scope.num_slots, main.fmt)
     inputs = SparseInputs(
-        q=q, kv_pool=records[:pages.num_pages, :case.page_size * fmt.bytes_per_token].view(
-            pages.num_pages, case.page_size, 1, fmt.bytes_per_token),        # stride(0): the page's stride
-        indices=indices, cache_seqlens=sent["cache_seqlens"],
+        q=q, kv_pool=scope.pool, indices=scope.indices, cache_seqlens=sent["cache_seqlens"],
         attn_sink=sent["sink"].view(torch.float32) if sink is not None else None,
-        req_to_token=req_to_token, softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format)
-    scase = SparseCase(inputs, index_stats(indices), [seen for _, seen in rows], list(seq_lens), notes)
+        req_to_token=scope.req_to_token, softmax_scale=case.softmax_scale, d_v=case.d_v, kv_format=case.kv_format,
+        topk_length=scope.lengths, **(extra_fields(extra) if extra is not None else {}))
+    scase = SparseCase(inputs, index_stats(scope.indices, scope.lengths), [seen for _, seen in rows],
+                       list(seq_lens), notes, index_stats(extra.indices, extra.lengths) if extra else None)
     return layouts.relaid_sparse(case, scase)
+
+
+def extra_fields(extra: Scope) -> dict:
+    """``SparseInputs``' extra-cache fields, from its scope."""
+    return {"extra_kv_pool": extra.pool, "extra_indices": extra.indices, "extra_topk_length": extra.lengths,
+            "extra_kv_format": extra.spec.fmt.name, "extra_req_to_token": extra.req_to_token}
 
 
 def estimated_bytes(case: Case) -> dict[str, int]:
@@ -219,10 +183,11 @@ def _estimate(case: Case) -> dict[str, int]:
     total = cache_seqlens_for(case, draw_seq_lens(case))
     layout_pages = case.pool_pages or 1 + sum(-(-n // case.page_size) for n in total) + case.extra_pages
     rows = len(query_rows(case, list(draw_seq_lens(case))))
-    parts = {"records": layout_pages * fmt.page_bytes(case.page_size),
+    width = case.topk + case.extra_topk            # a row's entries over both scopes: the oracle's block
+    parts = {"records": layout_pages * fmt.page_bytes(case.page_size) + _extra_record_bytes(case, total),
              "draws": min(sum(total), rows * case.topk) * case.d_qk * 20,
              "bf16_pool": layout_pages * case.page_size * case.d_qk * 2,
-             "oracle": min(ROW_BLOCK_ELEMENTS, rows * case.topk * case.d_qk) * 8 * 3
+             "oracle": min(ROW_BLOCK_ELEMENTS, rows * width * case.d_qk) * 8 * 3
              + rows * case.heads * (case.d_qk + case.d_v) * 8 * 4}
     # a layout other than contiguous copies the records (a page the larger); values other than normal work
     # on float32 copies of q and the tokens, and the keys each row lists
@@ -231,6 +196,14 @@ def _estimate(case: Case) -> dict[str, int]:
                                            min(sum(total), rows * case.topk) * case.d_qk)
     parts["total"] = sum(parts.values())
     return parts
+
+
+def _extra_record_bytes(case: Case, total: list[int]) -> int:
+    """The extra cache's records (0 without one): page 0, its requests' pages and the spare ones."""
+    if not case.extra_topk:
+        return 0
+    pages = 1 + sum(-(-n // case.extra_page_size) for n in extra_entries(case, total)) + case.extra_pages
+    return pages * record_format(case.extra_kv_format or case.kv_format).page_bytes(case.extra_page_size)
 
 
 @cache
@@ -246,5 +219,5 @@ def chunk_parts(case: Case) -> dict[str, int]:
 
 
 def _entries(case: Case) -> int:
-    """Index entries of the case: query rows times ``topk``."""
-    return len(query_rows(case, list(draw_seq_lens(case)))) * case.topk
+    """Index entries of the case: query rows times their entries over both scopes."""
+    return len(query_rows(case, list(draw_seq_lens(case)))) * (case.topk + case.extra_topk)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.sparse import counted
+
 from ..errors import InputError
 from ..planning.record_formats import RecordFormat, record_format
 from .kernel_inputs import poisoned
@@ -31,6 +33,16 @@ class SparseInputs:
     d_v: int
     kv_format: str
     out: torch.Tensor | None = None   # (n, s_q, heads, d_v) bf16, poisoned, guarded: a backend may write here
+    # per kernel row, the main entries counted (FlashMLA's topk_length, (n,) int32): a position at or past it
+    # is invalid whatever its index says; None: all topk
+    topk_length: torch.Tensor | None = None
+    # DeepSeek V4's extra (compressed) cache, read in the same softmax: its records (its own page size and
+    # format), its indices (n, s_q, extra_topk) into them, its lengths, and the engine's table of it
+    extra_kv_pool: torch.Tensor | None = None
+    extra_indices: torch.Tensor | None = None
+    extra_topk_length: torch.Tensor | None = None
+    extra_kv_format: str = ""
+    extra_req_to_token: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -56,6 +68,22 @@ class SparseInputs:
     def topk(self) -> int:
         return self.indices.shape[-1]
 
+    @property
+    def extra_fmt(self) -> RecordFormat | None:
+        return record_format(self.extra_kv_format) if self.extra_kv_pool is not None else None
+
+    @property
+    def extra_page_size(self) -> int:
+        return self.extra_kv_pool.shape[1] if self.extra_kv_pool is not None else 0
+
+    @property
+    def extra_num_slots(self) -> int:
+        return self.extra_kv_pool.shape[0] * self.extra_kv_pool.shape[1] if self.extra_kv_pool is not None else 0
+
+    @property
+    def extra_topk(self) -> int:
+        return self.extra_indices.shape[-1] if self.extra_indices is not None else 0
+
 
 @dataclass(frozen=True)
 class IndexStats:
@@ -65,8 +93,10 @@ class IndexStats:
     lowest: int                       # the smallest entry, the largest: -1 for both when there is none
     highest: int
     rows: int                         # query rows (kernel rows times query tokens a row)
-    valid_entries: int                # entries that are not -1
-    empty_rows: int                   # query rows whose every entry is -1
+    valid_entries: int                # entries counted (within the row's length) that are not -1
+    empty_rows: int                   # query rows with no such entry
+    shortest: int = 0                 # the rows' lengths' least and greatest: (0, topk) without lengths
+    longest: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,17 +109,26 @@ class SparseCase:
     seq_lens: list                    # SGLang's seq_lens (the prefix, for verify)
     notes: tuple = ()                 # lines for the row where the writer, not the kernel, made the records
     #                                   unusual (``input_notes``)
+    extra_stats: IndexStats | None = None   # the extra cache's indices', where there is one
 
 
-def index_stats(indices: torch.Tensor) -> IndexStats:
-    """``IndexStats`` of ``(n, s_q, topk)`` indices on any device: one read-back of four integers."""
+def index_stats(indices: torch.Tensor, lengths: torch.Tensor | None = None) -> IndexStats:
+    """``IndexStats`` of ``(n, s_q, topk)`` indices on any device, the entries counted within ``lengths``
+    ``(n,)`` (all without): one read-back of four integers.  The lowest and highest are of every entry, the
+    gate's."""
     rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() else indices.reshape(1, 1)
+    width = rows.shape[-1]
     if not rows.numel():
-        return IndexStats(-1, -1, rows.shape[0], 0, rows.shape[0])
-    per_row = (rows >= 0).sum(dim=-1)
+        return IndexStats(-1, -1, rows.shape[0], 0, rows.shape[0], 0, width)
+    kept = counted(indices, lengths).reshape(rows.shape) if lengths is not None else rows
+    per_row = (kept >= 0).sum(dim=-1)
     lowest, highest = torch.aminmax(rows)
-    packed = torch.stack([lowest.long(), highest.long(), per_row.sum(), (per_row == 0).sum()]).tolist()
-    return IndexStats(packed[0], packed[1], rows.shape[0], packed[2], packed[3])
+    span = [lowest.long(), highest.long(), per_row.sum(), (per_row == 0).sum()]
+    if lengths is not None and lengths.numel():
+        span += [t.long() for t in torch.aminmax(lengths)]
+    packed = torch.stack(span).tolist()
+    shortest, longest = packed[4:] if len(packed) > 4 else (0, width)
+    return IndexStats(packed[0], packed[1], rows.shape[0], packed[2], packed[3], shortest, longest)
 
 
 def output_buffer(inputs: SparseInputs) -> torch.Tensor:
@@ -98,12 +137,12 @@ def output_buffer(inputs: SparseInputs) -> torch.Tensor:
     return poisoned((n, s_q, heads, inputs.d_v), torch.bfloat16, inputs.device)
 
 
-def validate_indices(indices: torch.Tensor, num_slots: int, stats: IndexStats | None = None):
+def validate_indices(indices: torch.Tensor, num_slots: int, stats: IndexStats | None = None, pool: str = "pool"):
     """Refuse, with one line, indices a kernel must not be launched on: int32 ``(n, s_q, topk)``, each
     entry -1 or a slot in ``[0, num_slots)``.  ``stats``: the indices' ``IndexStats`` when known (then
     nothing is read back unless an entry is out of range)."""
     if indices.dim() != 3 or indices.dtype != torch.int32:
-        raise InputError(f"sparse indices must be int32 (n, s_q, topk), got {indices.dtype} "
+        raise InputError(f"sparse indices into the {pool} must be int32 (n, s_q, topk), got {indices.dtype} "
                          f"{tuple(indices.shape)}")
     if not indices.numel():
         return
@@ -112,6 +151,6 @@ def validate_indices(indices: torch.Tensor, num_slots: int, stats: IndexStats | 
     if lowest < -1 or highest >= num_slots:
         row, q, j = (int(x) for x in ((indices < -1) | (indices >= num_slots)).nonzero()[0])
         raise InputError(f"query row {row}, token {q}, entry {j}: index {int(indices[row, q, j])} is outside "
-                         f"the pool's {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
+                         f"the {pool}'s {num_slots} slots (only -1 marks an invalid entry; FlashMLA reads any "
                          f"other value, out of bounds or not)")
 

@@ -82,6 +82,11 @@ SPARSE = {
                      f"q heads padded to {one_of(v)}, so at most {max(v)} heads"),
     "max_draft_tokens": (LIMITS, _at_most("draft token")),
     "kv_dequant": (CONVENTIONS, lambda v: DEQUANT.get(v, f"KV dequantised as {v}")),
+    "extra_pairs": (RUNS, lambda v: "no extra cache" if not v else
+                    "extra cache (main+extra) " + ", ".join(f"{main}+{extra}" for main, extra in v)),
+    "extra_topk_multiple": (LIMITS, lambda v: None if v == 1 else f"extra_topk a multiple of {v}"),
+    "length_formats": (RUNS, lambda v: "no per-row topk lengths" if not v else f"per-row topk lengths: {one_of(v)}"),
+    "refusals": (QUOTED, lambda v: [f"{what}: {quote}" for what, quote in v] or None),
 }
 
 

@@ -29,7 +29,7 @@ from .block_hash import block_sums
 
 COPY_MAX_BYTES = 1 << 20            # a storage up to this size is fingerprinted by a copy (exact index)
 _WORDS = HASH_ROW_BYTES // 8
-GUARDED = ("kv_pool", "kv_pool_model", "out")     # the Inputs fields allocated with ``guards.guarded``
+GUARDED = ("kv_pool", "kv_pool_model", "extra_kv_pool", "out")     # the Inputs fields allocated with ``guards.guarded``
 
 
 def witness_bytes(pool_bytes: int, q_bytes: int) -> int:

@@ -15,6 +15,10 @@ comparison that gates uses that view, and the other is recorded beside it (docs/
 listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal bit for
 bit) the other view shares the first's answer.
 
+DeepSeek V4's extra cache is read the same way, in its own format and page size, and its keys join the
+main cache's in one softmax; entries at or past a row's length are -1 before any is read
+(``reference.sparse.counted``).
+
 For a chunk of cases (``start_views`` then ``finish_views``) that agreement is a device flag, read with
 the others of the chunk in one transfer; ``expected_views`` is the same for one case.  Nothing here waits
 for the device.
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.sparse import attend_listed, empty_answers, row_blocks, with_sink
+from reference.sparse import attend_listed, counted, empty_answers, row_blocks, with_sink
 
 from ..building.sparse_cache import dequantize, read_records, read_scales, views_agree
 from ..building.sparse_inputs import SparseCase
@@ -84,36 +88,63 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     """``((out (n, s_q, heads, d_v), lse (n, heads, s_q)), agree)`` of the flattened query ``rows`` (all by
     default; then out is ``(len(rows), 1, heads, d_v)``), float64; ``magnitudes``: ``sum p |V|`` in place of
     out.  ``agree`` (asked for with ``agreement``, else None): a device bool, whether every listed scale lets
-    the two views agree."""
-    inputs, fmt = case.inputs, case.inputs.fmt
+    the two views agree.  A row's keys are its counted entries of every scope, main then extra, in one
+    softmax (``reference.sparse``'s module doc)."""
+    inputs = case.inputs
     n, s_q, heads, d = inputs.q.shape
     q = inputs.q.reshape(n * s_q, heads, d)
-    listed = inputs.indices.reshape(n * s_q, -1)
+    scopes = [(pool, listed.reshape(n * s_q, -1), fmt, page_size)
+              for pool, listed, fmt, page_size in _scopes(inputs)]
     if rows is not None:
-        q, listed, n, s_q = q[rows], listed[rows], len(rows), 1
-    pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
+        q, n, s_q = q[rows], len(rows), 1
+        scopes = [(pool, listed[rows], fmt, page_size) for pool, listed, fmt, page_size in scopes]
+    width = sum(listed.shape[1] for _, listed, _, _ in scopes)
     # 1 once a listed scale lets the views differ (sparse_cache.views_agree): the keys kernel sets it as it reads
     disagree = torch.zeros((), dtype=torch.int32, device=q.device) if agreement else None
     # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits;
     # otherwise the blocks write every row, so nothing is filled first
-    blocks = row_blocks(n * s_q, inputs.topk, d) if case.index_stats.valid_entries else []
+    blocks = row_blocks(n * s_q, width, d) if _any_entry(case) else []
     out, lse = (torch.empty(n * s_q, heads, inputs.d_v, dtype=torch.float64, device=q.device),
                 torch.empty(n * s_q, heads, dtype=torch.float64, device=q.device)) if blocks else \
         empty_answers(n * s_q, heads, inputs.d_v, q.device)
     for r0, r1 in blocks:
-        idx = listed[r0:r1].long()
-        valid = idx >= 0
-        zeroed, slots = ~valid.flatten(), idx.clamp_min(0).flatten()
-        keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, inputs.page_size, view, disagree)
-        if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits and flag
-            keys = dequantize(read_records(pool, slots, fmt, inputs.page_size, zeroed=zeroed), fmt, view)
-            if agreement:
-                disagree |= ~views_agree(read_scales(pool, slots, fmt, inputs.page_size), zeroed)
-        _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys.view(r1 - r0, inputs.topk, d), valid,
-                       inputs.softmax_scale, inputs.d_v, magnitudes)
+        parts = [_listed_keys(pool, listed[r0:r1].long(), fmt, page_size, view, disagree)
+                 for pool, listed, fmt, page_size in scopes]
+        keys = torch.cat([k.view(r1 - r0, -1, d) for k, _ in parts], dim=1)
+        valid = torch.cat([v for _, v in parts], dim=1)
+        _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
+                       magnitudes)
     out, lse = with_sink(out, lse, inputs.attn_sink)
     agree = disagree == 0 if agreement else None
     return (out.view(n, s_q, heads, inputs.d_v), lse.view(n, s_q, heads).transpose(1, 2)), agree
+
+
+def _scopes(inputs) -> list:
+    """``(records (pages, page bytes), counted indices (n, s_q, k), format, page size)`` of the main cache
+    and, where there is one, the extra cache."""
+    scopes = [(inputs.kv_pool, counted(inputs.indices, inputs.topk_length), inputs.fmt, inputs.page_size)]
+    if inputs.extra_kv_pool is not None:
+        scopes.append((inputs.extra_kv_pool, counted(inputs.extra_indices, inputs.extra_topk_length),
+                       inputs.extra_fmt, inputs.extra_page_size))
+    return [(pool.view(pool.shape[0], -1), listed, fmt, page_size) for pool, listed, fmt, page_size in scopes]
+
+
+def _any_entry(case: SparseCase) -> bool:
+    """Whether some row counts an entry in some scope (known on the host since the build)."""
+    return bool(case.index_stats.valid_entries or (case.extra_stats and case.extra_stats.valid_entries))
+
+
+def _listed_keys(pool, idx: torch.Tensor, fmt, page_size: int, view: str, disagree):
+    """A block's listed keys of one scope ``(rows * k, d)`` float64 (zeros for -1 entries) and which are
+    valid ``(rows, k)``; ``disagree`` (or None) set where a listed scale lets the views differ."""
+    valid = idx >= 0
+    zeroed, slots = ~valid.flatten(), idx.clamp_min(0).flatten()
+    keys = sparse_keys_kernel.read_keys(pool, slots, zeroed, fmt, page_size, view, disagree)
+    if keys is None:        # off CUDA, or no Triton: PyTorch's form, the same bits and flag
+        keys = dequantize(read_records(pool, slots, fmt, page_size, zeroed=zeroed), fmt, view)
+        if disagree is not None:
+            disagree |= ~views_agree(read_scales(pool, slots, fmt, page_size), zeroed)
+    return keys, valid
 
 
 def _attend_listed(out, lse, q, keys, valid, scale: float, d_v: int, magnitudes: bool):

@@ -6,7 +6,7 @@ sparse.  ``mla-verify selfcheck`` runs a suite against all of them and the clean
 mutant:NAME`` runs one like any backend.
 """
 
-from . import layout, masking, numerics, sparse, state, writes  # noqa: F401  (importing registers the mutants)
+from . import layout, masking, numerics, second_cache, sparse, state, writes  # noqa: F401  (importing registers the mutants)
 from .registry import MUTANTS, NEEDS, load_mutant, meets, names
 
 __all__ = ["MUTANTS", "NEEDS", "load_mutant", "meets", "names"]

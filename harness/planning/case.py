@@ -57,6 +57,15 @@ class Case:
     index_pattern: str = "random"      # which positions the top-k lists: INDEX_PATTERNS
     verify_rows: str = "flattened"     # verify's query rows: "flattened" (SGLang: a row per draft, s_q 1) or
     #                                    "per_request" (vLLM: a row per request, s_q = drafts)
+    topk_length: str = "none"          # the kernel's per-row topk_length: LENGTHS ("none": no tensor)
+    # DeepSeek V4's second ("extra") cache, read in the same call and the same softmax (docs/sparse.md): the
+    # compressed cache beside the sliding-window main one; extra_topk 0 means none
+    extra_topk: int = 0                # extra index entries per query token
+    extra_page_size: int = 64          # its own page size (FlashMLA reads extra_k_cache.shape[1])
+    extra_seqlen: str = ""             # entries per request: a seqlen spec, or "ratio:N" (tokens seen // N)
+    extra_index_pattern: str = "random"
+    extra_topk_length: str = "none"
+    extra_kv_format: str = ""          # "": the main cache's format
     # the inputs as models and engines hand them (dense and sparse alike): value distributions of q and of the
     # KV (VALUES, ``building.values``) and how the tensors lie in memory (LAYOUTS, ``building.layouts``); left
     # at their defaults they too are no part of a case's definition
@@ -85,13 +94,15 @@ class Case:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["tags"] = list(self.tags)
-        for key in SPARSE_FIELDS + INPUT_FIELDS:         # at their defaults: as before these fields existed
+        for key in SPARSE_FIELDS + EXTRA_FIELDS + INPUT_FIELDS:     # at their defaults: as before they existed
             if d[key] == CASE_DEFAULTS[key]:
                 del d[key]
         return d
 
 
-SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern", "verify_rows")
+SPARSE_FIELDS = ("topk", "kv_format", "kv_scales", "sink", "index_pattern", "verify_rows", "topk_length")
+EXTRA_FIELDS = ("extra_topk", "extra_page_size", "extra_seqlen", "extra_index_pattern", "extra_topk_length",
+                "extra_kv_format")
 INPUT_FIELDS = ("q_values", "kv_values", "layout")
 CASE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Case)}
 SINKS = ("none", "random", "inf")
@@ -101,6 +112,11 @@ SINKS = ("none", "random", "inf")
 # subset drawn for every row at once on the device, as FlashMLA's tests draw theirs ("batched")
 INDEX_PATTERNS = ("random", "window", "holes", "repeat", "invalid", "padded", "batched")
 VERIFY_ROWS = ("flattened", "per_request")
+# a scope's per-row length (FlashMLA's topk_length / extra_topk_length, (b,) int32: a position at or past it
+# is invalid whatever its index says): no tensor; FlashMLA's tests' randint(0, width + 1); the end of the
+# row's listed entries (vLLM: min(pos + 1, window)); that clamped to at least 1 (SGLang's C128 length,
+# max(seq_len // 128, 1), whose empty set is length 1 over a -1 entry)
+LENGTHS = ("none", "random", "listed", "listed_min1")
 # a tensor's values (``building.values`` draws each): "normal" N(0, 1) draws; "latent" per-channel RMSNorm-like
 # gains with outlier channels; "large" scores near float32's exp limit; "peaked" one key per row dominates;
 # "flat" every row of a request the same; "zero_tiles" some 128-value tiles exactly zero; "tiny" values in

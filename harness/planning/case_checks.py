@@ -7,8 +7,10 @@ from . import seqlens
 from .case import (
     CASE_DEFAULTS,
     DTYPES,
+    EXTRA_FIELDS,
     INDEX_PATTERNS,
     LAYOUTS,
+    LENGTHS,
     MODES,
     PADDINGS,
     SINKS,
@@ -79,7 +81,7 @@ def _validate_sparse_fields(case: Case, bad):
     """The sparse fields: set only for the sparse scenario, which needs a topk."""
     sparse = case.scenario == "sparse"
     if not sparse:
-        for key in SPARSE_FIELDS:
+        for key in SPARSE_FIELDS + EXTRA_FIELDS:
             if getattr(case, key) != CASE_DEFAULTS[key]:
                 bad(key, f"applies to the sparse scenario only (this case's scenario is '{case.scenario}')")
         return
@@ -97,6 +99,49 @@ def _validate_sparse_fields(case: Case, bad):
                     f"{case.d_qk}, d_v {case.d_v}, kv_heads {case.kv_heads}")
     if case.dtype != "bf16":
         bad("dtype", f"sparse MLA takes bf16 q (the cache format sets the KV), got {case.dtype}")
+    _one_of(case, bad, "topk_length", LENGTHS, "length")
+    _validate_extra_cache(case, bad)
+
+
+def _validate_extra_cache(case: Case, bad):
+    """DeepSeek V4's extra cache: its fields only with one (``extra_topk`` > 0), a format whose keys are as
+    wide as the main cache's (one softmax over both), a page size and an entries spec."""
+    if not case.extra_topk:
+        for key in EXTRA_FIELDS[1:]:
+            if getattr(case, key) != CASE_DEFAULTS[key]:
+                bad(key, "applies to an extra cache only, and this case has none (extra_topk is 0)")
+        return
+    if not 0 < case.extra_topk <= LIMITS["topk"]:
+        bad("extra_topk", f"must be 0 (no extra cache) to {LIMITS['topk']}, got {case.extra_topk}")
+    if not 1 <= case.extra_page_size <= LIMITS["page_size"]:
+        bad("extra_page_size", f"must be 1 to {LIMITS['page_size']}, got {case.extra_page_size}")
+    extra = case.extra_kv_format or case.kv_format
+    if extra not in FORMATS:
+        bad("extra_kv_format", f"unknown record format '{extra}' (known: {', '.join(FORMATS)})")
+    if FORMATS[extra].d_qk != FORMATS[case.kv_format].d_qk:
+        bad("extra_kv_format", f"{extra} holds d_qk {FORMATS[extra].d_qk}, the main cache's {case.kv_format} "
+                               f"{FORMATS[case.kv_format].d_qk}: one softmax needs keys of one width")
+    if case.kv_scales not in FORMATS[extra].policies:
+        bad("kv_scales", f"the extra cache's format {extra} takes {', '.join(FORMATS[extra].policies)}, "
+                         f"not '{case.kv_scales}'")
+    _one_of(case, bad, "extra_index_pattern", INDEX_PATTERNS, "index pattern")
+    _one_of(case, bad, "extra_topk_length", LENGTHS, "length")
+    _validate_extra_seqlen(case, bad)
+
+
+def _validate_extra_seqlen(case: Case, bad):
+    """``ratio:N`` (N >= 1) or a seqlen spec, within the length limit."""
+    name, _, value = case.extra_seqlen.partition(":")
+    if name == "ratio":
+        if not value.isdigit() or int(value) < 1:
+            bad("extra_seqlen", f"'ratio:N' takes a whole N >= 1, got '{case.extra_seqlen}'")
+        return
+    try:
+        longest = seqlens.max_length(case.extra_seqlen, case.extra_page_size)
+    except InputError as e:
+        bad("extra_seqlen", f"{e} (or 'ratio:N': the tokens seen, N to one)")
+    if longest > LIMITS["seqlen"]:
+        bad("extra_seqlen", f"lengths up to {longest} are beyond the largest supported {LIMITS['seqlen']}")
 
 
 # The scenarios that build their inputs with ``inputs.generate`` or ``sparse_inputs.build``, where the values

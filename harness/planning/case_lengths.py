@@ -49,3 +49,20 @@ def pinned_pages_for(case: Case) -> list[int]:
     if not case.pool_pages:
         return []
     return boundary_pages(case.pool_pages, case.page_size * case.kv_heads * case.d_qk)
+
+
+def extra_entries(case: Case, cache: list[int]) -> list[int]:
+    """Entries each request holds in the extra (compressed) cache: ``ratio:N`` compresses its ``cache``
+    tokens N to one (DeepSeek V4's C4 and C128); any other spec draws them as ``seqlen`` does, on a
+    generator of their own (FlashMLA's tests draw each scope independently)."""
+    ratio = extra_ratio(case)
+    if ratio:
+        return [n // ratio for n in cache]
+    gen = torch.Generator().manual_seed(case.seed + 10)
+    return seqlens.draw(case.extra_seqlen, case.batch_size, case.extra_page_size, gen)
+
+
+def extra_ratio(case: Case) -> int:
+    """N of an ``extra_seqlen`` of ``ratio:N``, else 0."""
+    name, _, value = case.extra_seqlen.partition(":")
+    return int(value) if name == "ratio" else 0

@@ -150,9 +150,14 @@ def _tampered(a: SparseAnswer) -> Outcome:
 
 
 def _key_set_counts(scase: SparseCase) -> dict:
-    stats = scase.index_stats                                   # read back when built: no wait
-    return {"rows": stats.rows, "topk": scase.inputs.topk, "valid_entries": stats.valid_entries,
-            "empty_rows": stats.empty_rows, "kv_format": scase.inputs.kv_format}
+    stats, extra = scase.index_stats, scase.extra_stats          # read back when built: no wait
+    counts = {"rows": stats.rows, "topk": scase.inputs.topk, "valid_entries": stats.valid_entries,
+              "empty_rows": stats.empty_rows, "kv_format": scase.inputs.kv_format}
+    if extra is not None:       # DeepSeek V4's extra cache: its own counts (V3.2 rows keep their keys)
+        counts["extra"] = {"topk": scase.inputs.extra_topk, "valid_entries": extra.valid_entries,
+                           "empty_rows": extra.empty_rows, "kv_format": scase.inputs.extra_kv_format,
+                           "page_size": scase.inputs.extra_page_size}
+    return counts
 
 
 def _details(a: SparseAnswer) -> dict:

@@ -1,13 +1,14 @@
 """``sparse``: sparse MLA decode (DeepSeek V3.2/V4 DSA), a mode of the chunk path with its own inputs.
 
 The inputs are SGLang's (``sparse_inputs``: a poisoned pool of fp8 token records, per-query-token key
-sets of KV slots with -1 tails, verify flattened into rows); the index gate refuses an out-of-range
-index before any kernel runs; the backend's ``run_sparse`` is called with every input fingerprinted
-before and after (``integrity.Witness``).  ``start`` gives a ``SparseAnswer`` that waits for its chunk;
-``verdicts`` (``_sparse_verdicts``) judges a chunk's answers together: out and LSE against the float64
-oracle over exactly each row's key set, in the view of the cache the backend declares (``kv_dequant``),
-under the bf16 tolerance.  The other view (``exact`` when the kernel's is ``bf16_product``) is recorded
-beside it, never gating (docs/sparse.md).  A backend without ``run_sparse`` is ``unsupported``.
+sets of KV slots with -1 tails, verify flattened into rows; DeepSeek V4's extra cache and per-row lengths);
+the gate (``sparse_gate``) refuses an out-of-range index or length before any kernel runs; the backend's
+``run_sparse`` is called with every input fingerprinted before and after (``integrity.Witness``).
+``start`` gives a ``SparseAnswer`` that waits for its chunk; ``verdicts`` (``_sparse_verdicts``) judges a
+chunk's answers together: out and LSE against the float64 oracle over exactly each row's key set, in the
+view of the cache the backend declares (``kv_dequant``), under the bf16 tolerance.  The other view
+(``exact`` when the kernel's is ``bf16_product``) is recorded beside it, never gating (docs/sparse.md).  A
+backend without ``run_sparse`` is ``unsupported``.
 """
 
 import dataclasses
@@ -15,7 +16,8 @@ import dataclasses
 import torch
 
 from ..backends.base import Feature, no_sparse_reason
-from ..building.sparse_inputs import SparseCase, build, output_buffer, validate_indices
+from ..building.sparse_gate import validate_scopes
+from ..building.sparse_inputs import SparseCase, build, output_buffer
 from ..judging.integrity import Witness
 from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
@@ -55,7 +57,7 @@ def launch(backend, scase: SparseCase, waits: bool = True):
     """Gate, run and time one sparse call with a fresh guarded output buffer, witnessing its inputs.
     The gate reads the indices' ``IndexStats``, read back when they were built: no wait for the device.
     ``waits``: wait for the device before and after the call, as ``_common.launch`` does."""
-    validate_indices(scase.inputs.indices, scase.inputs.num_slots, scase.index_stats)
+    validate_scopes(scase, backend.capabilities.sparse)
     inputs = dataclasses.replace(scase.inputs, out=output_buffer(scase.inputs))
     witness = Witness(inputs)
     settle(inputs.device, waits)

@@ -73,7 +73,7 @@ class ReadsValuesFirst(TorchBackend):
     name = "reads-values-first"
 
     def sparse_records(self, inputs, slots):
-        return super().sparse_records(dataclasses.replace(inputs, kv_format=VALUES_FIRST.name), slots)
+        return super().sparse_records(dataclasses.replace(inputs, fmt=VALUES_FIRST), slots)
 
 
 def test_the_oracle_reads_the_toy_layout_not_another(monkeypatch):

@@ -16,10 +16,10 @@ def _radix_cases():
 
 
 def test_build_writes_every_slot_of_a_shared_prefix_once(monkeypatch):
-    from harness.building import sparse_inputs
+    from harness.building import sparse_scope
     written = []
-    real = sparse_inputs.write_records
-    monkeypatch.setattr(sparse_inputs, "write_records",
+    real = sparse_scope.write_records
+    monkeypatch.setattr(sparse_scope, "write_records",
                         lambda pool, slots, *rest: (written.append(slots.clone()), real(pool, slots, *rest)))
     for case in _radix_cases():
         written.clear()

@@ -32,7 +32,10 @@ ONLY_IN_GROUPS = {
     "nondeterministic": {"determinism"},
     "loads_padded_pages": {"padding"},
     "page_id_16bit": {"spread-pool"},
-    **{name: {"sparse"} for name in names("sparse")},     # their steps run only on the sparse path
+    **{name: {"sparse", "sparse-v4"} for name in names("sparse")},    # their steps run only on the sparse path
+    # DeepSeek V4's: the second cache and the lengths exist only in the V4 group
+    **{name: {"sparse-v4"} for name in ("topk_length_ignored", "extra_topk_length_ignored",
+                                        "extra_page_size_from_main", "softmax_per_cache", "extra_cache_dropped")},
 }
 
 
@@ -82,11 +85,12 @@ def test_dense_mutants_pass_the_sparse_case_as_the_clean_backend_does(selfcheck)
     for verdict in selfcheck.mutants:
         if MUTANTS[verdict.spec.removeprefix("mutant:")].needs == "sparse":
             continue
-        sparse_rows = [r for r in verdict.summary.rows if r["group"] == "sparse"]
+        sparse_rows = [r for r in verdict.summary.rows if r["group"] in ("sparse", "sparse-v4")]
         assert sparse_rows and all(r["status"] == "pass" for r in sparse_rows), (verdict.spec, sparse_rows)
 
 
-SPARSE_STEPS = ("run_sparse", "sparse_records", "sparse_keys", "sparse_valid", "sparse_attend", "sparse_sink")
+SPARSE_STEPS = ("run_sparse", "sparse_records", "sparse_keys", "sparse_valid", "sparse_attend", "sparse_sink",
+                "sparse_scopes", "sparse_main_length", "sparse_extra_length", "sparse_attend_scopes")
 
 
 @pytest.mark.parametrize("name", names())

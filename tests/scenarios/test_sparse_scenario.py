@@ -94,7 +94,7 @@ class Recorder(TorchBackend):
         return super().run_sparse(inputs)
 
 
-@pytest.mark.parametrize("bad,words", [(10**6, "outside the pool's"), (-2, "outside the pool's")])
+@pytest.mark.parametrize("bad,words", [(10**6, "outside the main cache's"), (-2, "outside the main cache's")])
 def test_an_index_outside_the_pool_is_refused_before_any_launch(bad, words):
     built = build(sparse_case(), "cpu")
     indices = built.inputs.indices.clone()
@@ -118,7 +118,7 @@ def test_the_gate_error_leaves_the_runner_as_bad_input(monkeypatch):
                                    inputs=dataclasses.replace(built.inputs, indices=indices))
     monkeypatch.setattr(scenario, "build", doctored_build)
     Recorder.called = False
-    with pytest.raises(InputError, match="outside the pool's"):
+    with pytest.raises(InputError, match="outside the main cache's"):
         run_case(sparse_case(), Recorder(), "recorder", "cpu")
     assert not Recorder.called
 
