@@ -8,7 +8,8 @@ gate waits for nothing.
 - Extra indices or an extra length come with an extra cache, and an extra cache with its indices
   (FlashMLA 9241ae3 ``csrc/api/sparse_decode.h``: "extra_indices_in_kvcache must not be provided when
   extra_k_cache is not provided", "extra_topk_length must not be provided ...").
-- The (main, extra) format pair is one the backend declares (``SparseSupport.extra_pairs``).
+- The (main, extra) format pair is one the backend declares (``SparseSupport.pairs``: for one that reads any,
+  every pair whose keys are as wide as each other's, since one softmax runs over both).
 """
 
 import torch
@@ -55,8 +56,8 @@ def _check_length(name: str, lengths: torch.Tensor | None, indices: torch.Tensor
 
 
 def _check_pair(inputs: SparseInputs, support) -> None:
-    pair = (inputs.kv_format, inputs.extra_kv_format)
-    if support.extra_pairs is not None and pair not in support.extra_pairs:
-        declared = ", ".join(f"{a}+{b}" for a, b in support.extra_pairs) or "none"
+    pair = [inputs.kv_format, inputs.extra_kv_format]
+    if pair not in support.pairs():
+        declared = ", ".join(f"{a}+{b}" for a, b in support.pairs()) or "none"
         raise InputError(f"main and extra cache formats {pair[0]}+{pair[1]} are not a pair this backend declares "
                          f"(it reads {declared})")
