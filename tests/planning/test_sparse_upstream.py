@@ -39,6 +39,32 @@ def test_the_matrix_has_upstreams_counts():
     assert len({c.id for c in cases}) == len(cases) and len({c.seed for c in cases}) == len(cases)
 
 
+def test_the_extra_cache_and_lengths_are_upstreams_not_dropped():
+    cases = load_suite("flashmla-sparse-upstream").cases
+    extra = [c for c in cases if c.extra_topk]
+    # upstream's loops: 8 x 8 (correctness) and 2 x 2 (corner) triples per length flag, and CONFIG1-4
+    assert len(extra) == 4080 and {c.d_qk for c in extra} == {512}
+    assert sum(c.topk_length == "random" for c in cases) == 2052
+    assert sum(c.extra_topk_length == "random" for c in cases) == 1884
+    assert {c.topk_length for c in cases} | {c.extra_topk_length for c in cases} == {"none", "random"}
+    assert {c.extra_page_size for c in extra} == {2, 53, 61, 64, 69, 576}
+    assert {c.extra_topk for c in extra} == {64, 512, 576, 1024, 2048}
+    assert {c.extra_kv_format for c in extra} == {""}                 # the main cache's v4
+    assert all(c.extra_index_pattern == ("invalid" if c.index_pattern == "invalid" else "batched")
+               for c in extra)                                         # all-invalid covers both scopes
+    assert not any("dropped" in c.id for c in cases)
+    assert "not expressible" not in load_suite("flashmla-sparse-upstream").description
+
+
+def test_a_zero_length_corner_empties_different_requests_in_each_scope():
+    from harness.planning.case_lengths import draw_seq_lens, extra_entries
+    cases = load_suite("flashmla-sparse-upstream").cases
+    corner = next(c for c in cases if "-zero" in c.id and c.extra_topk and c.batch_size == 4)
+    main_empty = [n == 0 for n in draw_seq_lens(corner)]
+    extra_empty = [n == 0 for n in extra_entries(corner, draw_seq_lens(corner))]
+    assert any(main_empty) and any(extra_empty) and main_empty != extra_empty
+
+
 def _case(**kw):
     from harness.planning.cases import Case, validate_case
     fields = dict(id="sparse/t/0", seed=5, scenario="sparse", topk=64, heads=16, batch_size=4,
@@ -76,3 +102,21 @@ def test_the_views_share_one_oracle_answer_only_where_their_keys_are_equal():
     amax = expected_views(build(_case(kv_scales="amax"), "cpu"), ("bf16_product", "exact"))
     assert amax["exact"] is not amax["bf16_product"]
     assert not (amax["exact"][1].nan_to_num() == amax["bf16_product"][1].nan_to_num()).all()
+
+
+def test_a_v4_upstream_case_with_both_lengths_passes_the_torch_backend():
+    from harness.building.sparse_inputs import build
+    from harness.recording.status import Status
+    from harness.running.backend_loader import load_backend
+    from harness.scenarios import sparse
+    case = _case(d_qk=512, kv_format="v4", kv_scales="ue8m0", heads=64, seqlen="normal:512:256",
+                 seqlen_is_cache=True, mode="verify", draft_tokens=3, verify_rows="per_request", sink="inf",
+                 softmax_scale=512 ** -0.55, topk_length="random", extra_topk=64, extra_page_size=69,
+                 extra_seqlen="normal:512:256", extra_index_pattern="batched", extra_topk_length="random")
+    inputs = build(case, "cpu").inputs
+    for lengths in (inputs.topk_length, inputs.extra_topk_length):      # every row cut short: NaN slots past it
+        assert lengths.shape == (4,) and 0 <= int(lengths.min()) and int(lengths.max()) < 64
+    assert inputs.extra_indices.shape == (4, 3, 64) and int(inputs.extra_indices.max()) >= 0
+    outcome = sparse.run(case, load_backend("torch"), "cpu")
+    assert outcome.status is Status.PASS, outcome.messages
+    assert outcome.metrics["sparse"]["extra"]["valid_entries"] > 0
