@@ -44,8 +44,11 @@ def draw_one(rng: np.random.Generator, index: int, bounds: Bounds, dense: bool, 
     fields["batch_size"] = int(rng.integers(1, bounds.max_batch + 1))
     fields["seqlen"] = draw_seqlen(rng, fields["batch_size"], fields["page_size"], bounds.max_context)
     group = f"{fields['scenario']}-{fields['mode']}-{fields['dtype']}"
-    case = Case(id=f"fuzz/{group}/{index}", seed=int(rng.integers(0, 2 ** 31)), **fields)
-    return validate_case(with_pages(rng, case), f"fuzz case {index}")
+    case = with_pages(rng, Case(id=f"fuzz/{group}/{index}", seed=int(rng.integers(0, 2 ** 31)), **fields))
+    if case.kv_format == "v4":
+        # drawn last, so every other field is drawn as it was before V4's fields were
+        case = dataclasses.replace(case, **v4_fields(rng, case, bounds))
+    return validate_case(case, f"fuzz case {index}")
 
 
 def mode_fields(rng: np.random.Generator, scenario: str) -> dict:
@@ -83,6 +86,28 @@ def sparse_fields(rng: np.random.Generator, bounds: Bounds) -> dict:
             "sink": pick(rng, space.SINK_CHOICES), "index_pattern": pick(rng, space.INDEX_CHOICES),
             "verify_rows": pick(rng, space.VERIFY_ROW_CHOICES), "page_size": pick(rng, space.SPARSE_PAGE_SIZES),
             "extra_pages": pick(rng, space.EXTRA_PAGES)}
+
+
+def v4_fields(rng: np.random.Generator, case: Case, bounds: Bounds) -> dict:
+    """DeepSeek V4's per-row lengths and, on some cases, its extra cache: a width of at most the longest
+    context (or 64), its own page size, entries per request by ratio or drawn within the bounds, its own index
+    pattern and lengths."""
+    fields = {"topk_length": pick(rng, space.LENGTH_CHOICES)}
+    if rng.random() >= space.EXTRA_CACHE_SHARE:
+        return fields
+    widest = max(bounds.max_context, space.EXTRA_TOPK_MULTIPLE)
+    if rng.random() < space.EXTRA_TOPK_ANY_SHARE:
+        most = min(widest, space.EXTRA_TOPKS[-1][0]) // space.EXTRA_TOPK_MULTIPLE
+        extra_topk = space.EXTRA_TOPK_MULTIPLE * int(rng.integers(1, most + 1))
+    else:
+        extra_topk = pick(rng, [(k, w) for k, w in space.EXTRA_TOPKS if k <= widest])
+    page_size = pick(rng, space.EXTRA_PAGE_SIZES)
+    extra_seqlen = pick(rng, space.EXTRA_SEQLENS)
+    if extra_seqlen == "spec":
+        extra_seqlen = draw_seqlen(rng, case.batch_size, page_size, bounds.max_context)
+    return fields | {"extra_topk": extra_topk, "extra_page_size": page_size, "extra_seqlen": extra_seqlen,
+                     "extra_index_pattern": pick(rng, space.INDEX_CHOICES),
+                     "extra_topk_length": pick(rng, space.LENGTH_CHOICES)}
 
 
 def longest_length(rng: np.random.Generator, max_context: int) -> int:

@@ -7,7 +7,7 @@ values.  A weight is a relative frequency: the common serving values are drawn m
 
 from dataclasses import dataclass
 
-from ..planning.case import DEEPSEEK_SOFTMAX_SCALE, INDEX_PATTERNS, PADDINGS, SINKS, VERIFY_ROWS
+from ..planning.case import DEEPSEEK_SOFTMAX_SCALE, INDEX_PATTERNS, LENGTHS, PADDINGS, SINKS, VERIFY_ROWS
 
 # (value, weight) pairs
 DENSE_DTYPES = (("bf16", 4), ("fp16", 2), ("fp8_e4m3", 3), ("fp8_e5m2", 1))
@@ -43,6 +43,21 @@ SPARSE_FORMATS = ((("v32", 576, ("amax", "ue8m0"), DEEPSEEK_SOFTMAX_SCALE), 3),
 SINK_CHOICES = tuple((s, 2 if s == "none" else 1) for s in SINKS)
 INDEX_CHOICES = tuple((p, 3 if p == "random" else 1) for p in INDEX_PATTERNS)
 VERIFY_ROW_CHOICES = tuple((v, 1) for v in VERIFY_ROWS)
+
+# DeepSeek V4 (kv_format v4) only: V3.2 takes neither on FlashMLA ("V3.2 does not support extra KV cache",
+# "... dynamic topk length"), so a v32 case with them would only be unsupported.  Per-row lengths on every V4
+# case; on some, the compressed extra cache of sparse-v4.toml (C4: top-512 at ratio 4, C128: every entry at
+# ratio 128, vLLM's extra pages 64 and 2) and FlashMLA's tests' (any width, independent entries per request)
+LENGTH_CHOICES = tuple((n, 2 if n in ("none", "listed") else 1) for n in LENGTHS)
+EXTRA_CACHE_SHARE = 0.5                              # of V4 cases
+# widths: FlashMLA takes multiples of 64 (extra_topk_multiple); now and then any multiple of 64 up to 1024
+EXTRA_TOPKS = ((64, 2), (128, 2), (512, 2), (1024, 1))
+EXTRA_TOPK_ANY_SHARE = 1 / 6
+EXTRA_TOPK_MULTIPLE = 64
+EXTRA_PAGE_SIZES = ((64, 4), (2, 3), (53, 1), (61, 1), (69, 1), (256, 1), (576, 1))
+# entries per request: the tokens seen, 4 or 128 to one (V4's C4 and C128), or a spec of its own, drawn as
+# the main seqlen is and within the same bounds ("spec")
+EXTRA_SEQLENS = (("ratio:4", 2), ("ratio:128", 1), ("spec", 2))
 
 # seqlen distributions (harness/planning/seqlens.py), by weight
 SEQLEN_KINDS = (("uniform", 3), ("longtail", 2), ("equal", 2), ("boundary", 1), ("normal", 1), ("list", 2))
