@@ -99,6 +99,18 @@ def over_bound(metrics: dict) -> tuple[float, float]:
     return ratio, cos
 
 
+FLOOR_TENSORS = ("out", "lse")      # the tensors a row's noise floor is measured for (noise_floor.py)
+
+
+def over_floor(metrics: dict, tensor: str) -> float:
+    """A row's kernel error over its noise floor for ``tensor`` (``metrics.noise_floor``; NaN where the row has
+    none).  Pure Python on the row's numbers, as ``over_bound``."""
+    floor = metrics.get("noise_floor") if isinstance(metrics.get("noise_floor"), dict) else {}
+    entry = floor.get(tensor) if isinstance(floor.get(tensor), dict) else {}
+    value = entry.get("over_floor")
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 def tensor_check(tensor: str, kind: Kind) -> str:
     return f"{tensor}.{Kind(kind).value}"
 

@@ -13,7 +13,7 @@ records carry the same keys).  Pure Python, so ``report`` stays light.
 import math
 from dataclasses import dataclass
 
-from ..judging.checks import BY_TENSOR, TENSOR_NAMES, float_or_nan, over_bound
+from ..judging.checks import BY_TENSOR, FLOOR_TENSORS, TENSOR_NAMES, float_or_nan, over_bound, over_floor
 from .reasons import blank_numbers
 from .status import Status, gates
 
@@ -49,6 +49,8 @@ def scores(row: dict) -> dict:
         found[f"{name}_ratio"], found[f"{name}_cos"] = over_bound(m) if isinstance(m, dict) else (math.nan, math.nan)
     scored = [v for v in found.values() if not math.isnan(v)]
     found["worst"] = max(scored, default=math.nan)
+    for name in FLOOR_TENSORS:     # how far over its noise floor (judging/noise_floor.py): explains, never gates
+        found[f"{name}_floor"] = over_floor(metrics, name)
     return found
 
 
@@ -145,12 +147,19 @@ def _evidence(kind: str, what: str, where: str, recs: list[dict]) -> str:
             err = [r[f"{t}_ratio"] for r in recs]
             cos = [r[f"{t}_cos"] for r in recs]
             over = [e for e in err if e > 1]
-            parts.append(f"{BY_TENSOR[t].label} over its bound by {_span(over)}" if over
+            floor = [r.get(f"{t}_floor", math.nan) for r in recs]
+            parts.append(f"{BY_TENSOR[t].label} over its bound by {_span(over)}{_floor_words(floor)}" if over
                          else f"{BY_TENSOR[t].label} cosine {_span(cos)} its bound")
         return f"{'; '.join(parts)}: {scope}."
     if kind == "raise":
         return f"{what}: {where}: {scope}."
     return f"failed {what}: {scope}."
+
+
+def _floor_words(values) -> str:
+    """`` (38-41x its noise floor)``, or nothing where no row has the ratio."""
+    span = _span(v for v in values if isinstance(v, float) and not math.isinf(v))
+    return "" if span == "?" else f" ({span} its noise floor)"
 
 
 def cluster(records: list[dict]) -> list[Finding]:

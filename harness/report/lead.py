@@ -65,11 +65,17 @@ def scoreboard(data) -> str:
         cells = "".join(f'<td class="n{"" if c[k] else " z"}" data-k="{k}">{c[k]:,}'
                         for k in ("pass", "fail", "unsupported", "crash"))
         lines.append(f'<tr data-backend="{esc(ln.backend)}"><td><b>{esc(ln.backend)}</b>{tag}<td>{esc(ln.kernel)}'
-                     f'{cells}<td class="n">{ln.findings}<td class="n">{_worst(ln)}</tr>')
+                     f'{cells}<td class="n">{ln.findings}<td class="n">{_worst(ln)}<td class="n">{_floor(ln)}</tr>')
     return ('<section id="scoreboard"><table class="board"><thead><tr><th>backend<th>package and version'
             '<th>pass<th>fail<th>unsupported<th title="crash, error, timeout or harness_error">crash / error'
             '<th>findings<th title="the largest error over its bound of any check and case">worst err/bound'
+            '<th title="the largest error over the noise floor (a float32 implementation\'s error) of any case: '
+            'it explains, the bound gates">worst err/floor'
             f'</thead><tbody>{"".join(lines)}</tbody></table></section>')
+
+
+def _floor(line) -> str:
+    return "–" if math.isnan(line.over_floor) else f"{ratio(line.over_floor)}×"
 
 
 def _finding(f, k: int) -> str:

@@ -9,12 +9,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from ..judging.checks import TENSORS
+from ..judging.checks import FLOOR_TENSORS, TENSORS
 from ..recording.status import Status
 
 HARNESS_BACKENDS = ("torch", "reference")
 # worst |err|/bound of the gating checks (out, LSE; inf for a NaN/inf mismatch), as the findings quote it
 ERR_COLUMNS = [f"{t.name}_ratio" for t in TENSORS if t.gating]
+FLOOR_COLUMNS = [f"{name}_floor" for name in FLOOR_TENSORS]    # the kernel's error over its noise floor
 
 
 def harness_only(backend: str) -> bool:
@@ -29,6 +30,7 @@ class Line:
     findings: int
     worst: float              # the largest |err|/bound of a gating check, any row (inf: NaN/inf)
     worst_case: str
+    over_floor: float = math.nan    # the largest error over its noise floor, any row (NaN: no row says)
 
     @property
     def harness_only(self) -> bool:
@@ -58,8 +60,16 @@ def lines(df, kernels: dict[str, Counter], findings) -> list[Line]:
             kernel += f" (+{len(names) - 1} other version{'s' if len(names) > 2 else ''})"
         out.append(Line(backend, kernel, counts, found[backend],
                         float(scored[top]) if top is not None else math.nan,
-                        str(part.at[top, "case_id"]) if top is not None else ""))
+                        str(part.at[top, "case_id"]) if top is not None else "", _largest_finite(part, FLOOR_COLUMNS)))
     return out
+
+
+def _largest_finite(part, columns: list[str]) -> float:
+    """The largest finite value of these columns over the rows (NaN where none has one)."""
+    present = [c for c in columns if c in part]
+    values = part[present].to_numpy(dtype=float).ravel() if present else []
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite, default=math.nan)
 
 
 def no_kernel_verified(df) -> bool:

@@ -13,15 +13,15 @@ from ..backends.base import Feature
 from ..building.inputs import Inputs, generate, host_copy, output_buffer, torch_dtype
 from ..building.pool import validate_block_table
 from ..errors import RejectedOutput
-from ..judging import diagnostics, oracle
+from ..judging import diagnostics, noise_floor, oracle
 from ..judging.checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
 from ..judging.compare import Pair, check_batches, check_tensors, describe_failure, expected_lse_for, missing
-from ..judging.conventions import at_fixed_parameters, kernel_view
 from ..judging.integrity import Witness, changed_flags
 from ..judging.tolerances import TOLERANCES, Tolerance
 from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
 from ._evidence import out_samples
+from ._oracles import run_oracles
 
 
 def build_inputs(case, device) -> Inputs:
@@ -134,10 +134,11 @@ class Answer:
     extra_messages: tuple = ()
     expected: tuple | None = None        # the oracle's (out, lse) on exactly the kernel's inputs (``verdicts``)
     end_to_end: tuple | None = None      # fp8: the oracle's (out, lse) on the unquantised inputs
+    floor: tuple | None = None           # its float32 emulation's (``noise_floor``)
 
     def reset(self):
         """Forget the oracle's answers, to be computed again (alone, after judging a chunk together raised)."""
-        self.expected = self.end_to_end = None
+        self.expected = self.end_to_end = self.floor = None
 
 
 def expect(case, backend, inputs, call: KernelCall, others=(), extra_failures=(), extra_metrics=None,
@@ -169,25 +170,6 @@ def judge(case, backend, inputs, call: KernelCall, others=(), extra_failures=(),
                             extra_messages)])[0]
 
 
-def run_oracles(answers: list[Answer]):
-    """Every answer's oracle, in one ``oracle.expected_many`` call: on the inputs as the kernel computes
-    with them, and for fp8 also on the unquantised ones."""
-    slots = [(a, field, call) for a in answers for field, call in _oracle_calls(a)]
-    for (a, field, _), result in zip(slots, oracle.expected_many([call for _, _, call in slots])):
-        setattr(a, field, result)
-
-
-def _oracle_calls(a: Answer) -> list[tuple[str, Inputs]]:
-    """The oracle calls an answer still needs, by the field each fills: the inputs as the kernel
-    computes with them, and for fp8 also the unquantised ones (at the parameters the kernel fixes too)."""
-    calls = []
-    if a.expected is None:
-        calls.append(("expected", kernel_view(a.inputs, a.backend.capabilities)))
-    if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
-        calls.append(("end_to_end", oracle.model_precision(at_fixed_parameters(a.inputs, a.backend.capabilities))))
-    return calls
-
-
 def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]:
     """Run the oracles the answers still need (together) and compare them all at once (one device-to-host
     transfer for every comparison), and build their outcomes.  ``timing`` gets the host
@@ -216,6 +198,10 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
                 for (name, pair), tensor in zip(e2e.items(), (t for t in TENSORS if not t.gating)):
                     pairs[tensor.name] = pair
                     bounds[tensor.name] = getattr(tol.end_to_end, name)
+            if a.floor is not None:      # the noise floor: the emulation measured as the kernel is
+                out_dtype = expected_out_dtype(a.inputs, a.backend.capabilities)
+                pairs.update(noise_floor.floor_pairs(a.floor, a.expected, out_dtype))
+                bounds.update({"out.floor": tol.out, "lse.floor": tol.lse})
             for name, pair in pairs.items():
                 if isinstance(pair, Pair):
                     batches.setdefault((name, bounds[name]), []).append((i, pair))
@@ -228,7 +214,8 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
                 checks[i][check.name] = check
         samples = out_samples([(a.case.seed, a.out) for a in answers])
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
-                             exp_lses[i], samples[i]) for i, a in enumerate(answers)]
+                             exp_lses[i], samples[i], noise_floor.summary(checks[i], checks[i]))
+                    for i, a in enumerate(answers)]
         _wait_for(answers[0].inputs.device if answers else "cpu")
         # A kernel that changed its inputs fails on that alone: the oracle read the changed inputs, so its
         # comparison is dropped.  The flags are read last, once the device is done: no wait of their own.
@@ -267,7 +254,7 @@ def input_notes(notes) -> dict:
     return {"input_notes": list(notes)} if notes else {}
 
 
-def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
+def _outcome(a: Answer, results: list, exp_lse, sample: dict, floor: dict | None) -> Outcome:
     gating = {t.name for t in TENSORS if t.gating}
     failed = [c for c in results if not c.passed and c.name in gating]
     exp_out = a.expected[0]
@@ -277,7 +264,8 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict) -> Outcome:
     host = host_copy(a.inputs)
     return Outcome.compared_with_oracle(
         [tensor_check(c.name, f) for c in failed for f in c.failures] + sorted(set(a.extra_failures)),
-        metrics={**{c.name: c.to_dict() for c in results}, **(a.extra_metrics or {}), "out_sample": sample},
+        metrics={**{c.name: c.to_dict() for c in results}, **(a.extra_metrics or {}), "out_sample": sample,
+                 **({"noise_floor": floor} if floor else {})},
         messages=[describe_failure(a.case.id, c) for c in failed] + list(a.extra_messages),
         warnings=[describe_failure(a.case.id, c) for c in results if not c.passed and c.name not in gating],
         diagnostics=diag,

@@ -1,0 +1,69 @@
+"""The noise floor (harness/judging/noise_floor.py): a float32 emulation's error against the float64 oracle,
+measured as the kernel's is, and the kernel's error over it, in every compared row, the findings and the
+report's scoreboard."""
+
+import math
+
+import pytest
+import torch
+
+from harness.backends import TorchBackend
+from harness.judging.checks import over_floor
+from harness.judging.compare import TensorCheck
+from harness.judging.noise_floor import floor_pairs, summary
+from harness.mutants import MUTANTS
+from harness.planning.cases import load_suite
+from harness.recording.findings import cluster, finding_record
+from harness.recording.status import Status
+from harness.scenarios import run
+
+
+def _check(name, worst, nonfinite=0):
+    return TensorCheck(name=name, passed=True, shape=(1,), worst_ratio=worst, nonfinite_mismatches=nonfinite)
+
+
+def test_summary_is_the_kernels_worst_error_over_the_floors():
+    got = summary({"out": _check("out", 6.0), "lse": _check("lse", 0.5)},
+                  {"out.floor": _check("out.floor", 0.25), "lse.floor": _check("lse.floor", 0.0)})
+    assert got["out"] == {"floor": 0.25, "over_floor": 24.0}
+    assert got["lse"] == {"floor": 0.0, "over_floor": None}       # an exact emulation: no multiple of it
+    nan_out = summary({"out": _check("out", 1.0, nonfinite=3)}, {"out.floor": _check("out.floor", 0.5)})
+    assert math.isinf(nan_out["out"]["over_floor"])
+    assert summary({"out": _check("out", 1.0)}, {}) is None
+
+
+def test_the_floors_out_is_rounded_to_the_engines_dtype_as_a_kernel_stores_it():
+    out, lse = torch.full((1, 1, 1, 4), 1.0 + 2**-10, dtype=torch.float32), torch.zeros(1, 1, 1)
+    pairs = floor_pairs((out, lse), (out.double(), lse.double()), torch.bfloat16)
+    assert pairs["out.floor"].actual.dtype == torch.bfloat16 and float(pairs["out.floor"].actual[0, 0, 0, 0]) == 1.0
+    assert pairs["lse.floor"].actual.dtype == torch.float32
+
+
+@pytest.fixture(scope="module")
+def smoke_rows():
+    cases = [c for c in load_suite("smoke").cases if c.mode == "decode"]
+    clean = [run(c, TorchBackend(), "cpu") for c in cases]
+    broken = [run(c, MUTANTS["wrong_softmax_scale"](), "cpu") for c in cases]
+    return cases, clean, broken
+
+
+def test_every_compared_row_carries_its_floor_and_a_right_kernel_sits_near_it(smoke_rows):
+    _, clean, _ = smoke_rows
+    for outcome in clean:
+        assert outcome.status is Status.PASS
+        floor = outcome.metrics["noise_floor"]
+        assert floor["emulation"] == "float32" and floor["out"]["floor"] > 0
+        # the torch backend computes in float32 and rounds out to bf16, as the emulation does
+        assert 0 < floor["out"]["over_floor"] <= 2 and 0 <= floor["lse"]["over_floor"] < 10
+
+
+def test_a_wrong_kernel_lands_hundreds_of_floors_away_and_the_finding_says_so(smoke_rows):
+    cases, _, broken = smoke_rows
+    failing = [o for o in broken if o.status is Status.FAIL]
+    assert failing and all(o.metrics["noise_floor"]["out"]["over_floor"] > 100 for o in failing)
+    rows = [{"case_id": c.id, "backend": "mutant:wrong_softmax_scale", "status": o.status.value, "mode": c.mode,
+             "dtype": c.dtype, "metrics": o.metrics, "failed_checks": o.failed_checks}
+            for c, o in zip(cases, broken) if o.status is Status.FAIL]
+    assert all(over_floor(r["metrics"], "out") > 100 for r in rows)
+    (finding,) = cluster([finding_record(r) for r in rows])
+    assert "its noise floor)" in finding.evidence, finding.evidence
