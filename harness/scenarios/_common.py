@@ -186,6 +186,7 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
         batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
         exp_lses = []
+        floors = [None] * len(answers)            # per answer: its noise floor's device pair, read back below
         for i, a in enumerate(answers):
             tol = TOLERANCES[a.case.dtype]
             pairs, exp_lse = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.expected)
@@ -199,9 +200,8 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
                     pairs[tensor.name] = pair
                     bounds[tensor.name] = getattr(tol.end_to_end, name)
             if a.floor is not None:      # the noise floor: the emulation measured as the kernel is
-                out_dtype = expected_out_dtype(a.inputs, a.backend.capabilities)
-                pairs.update(noise_floor.floor_pairs(a.floor, a.expected, out_dtype))
-                bounds.update({"out.floor": tol.out, "lse.floor": tol.lse})
+                floors[i] = noise_floor.worst_ratios(a.floor, a.expected,
+                                                     expected_out_dtype(a.inputs, a.backend.capabilities), tol)
             for name, pair in pairs.items():
                 if isinstance(pair, Pair):
                     batches.setdefault((name, bounds[name]), []).append((i, pair))
@@ -213,8 +213,9 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
             for (i, _), check in zip(items, batch):
                 checks[i][check.name] = check
         samples = out_samples([(a.case.seed, a.out) for a in answers])
+        floors = noise_floor.read_back(floors)
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
-                             exp_lses[i], samples[i], noise_floor.summary(checks[i], checks[i]))
+                             exp_lses[i], samples[i], noise_floor.summary(checks[i], floors[i]))
                     for i, a in enumerate(answers)]
         _wait_for(answers[0].inputs.device if answers else "cpu")
         # A kernel that changed its inputs fails on that alone: the oracle read the changed inputs, so its

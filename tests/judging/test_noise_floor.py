@@ -10,7 +10,8 @@ import torch
 from harness.backends import TorchBackend
 from harness.judging.checks import over_floor
 from harness.judging.compare import TensorCheck
-from harness.judging.noise_floor import floor_pairs, summary
+from harness.judging.noise_floor import summary, worst_ratios
+from harness.judging.tolerances import TOLERANCES
 from harness.mutants import MUTANTS
 from harness.planning.cases import load_suite
 from harness.recording.findings import cluster, finding_record
@@ -23,20 +24,22 @@ def _check(name, worst, nonfinite=0):
 
 
 def test_summary_is_the_kernels_worst_error_over_the_floors():
-    got = summary({"out": _check("out", 6.0), "lse": _check("lse", 0.5)},
-                  {"out.floor": _check("out.floor", 0.25), "lse.floor": _check("lse.floor", 0.0)})
+    got = summary({"out": _check("out", 6.0), "lse": _check("lse", 0.5)}, [0.25, 0.0])
     assert got["out"] == {"floor": 0.25, "over_floor": 24.0}
     assert got["lse"] == {"floor": 0.0, "over_floor": None}       # an exact emulation: no multiple of it
-    nan_out = summary({"out": _check("out", 1.0, nonfinite=3)}, {"out.floor": _check("out.floor", 0.5)})
+    nan_out = summary({"out": _check("out", 1.0, nonfinite=3)}, [0.5, 0.1])
     assert math.isinf(nan_out["out"]["over_floor"])
-    assert summary({"out": _check("out", 1.0)}, {}) is None
+    assert summary({"out": _check("out", 1.0)}, None) is None
 
 
 def test_the_floors_out_is_rounded_to_the_engines_dtype_as_a_kernel_stores_it():
-    out, lse = torch.full((1, 1, 1, 4), 1.0 + 2**-10, dtype=torch.float32), torch.zeros(1, 1, 1)
-    pairs = floor_pairs((out, lse), (out.double(), lse.double()), torch.bfloat16)
-    assert pairs["out.floor"].actual.dtype == torch.bfloat16 and float(pairs["out.floor"].actual[0, 0, 0, 0]) == 1.0
-    assert pairs["lse.floor"].actual.dtype == torch.float32
+    exact = torch.full((1, 1, 1, 4), 1.0 + 2**-10, dtype=torch.float64)
+    lse = torch.tensor([[[2.0, math.inf]]], dtype=torch.float64)          # an empty row shared: left out
+    tol = TOLERANCES["bf16"]
+    got = worst_ratios((exact.float(), lse.float()), (exact, lse), torch.bfloat16, tol).tolist()
+    # bf16 rounds 1 + 2^-10 to 1: the error 2^-10 over the bound; the LSE is exact in float32
+    assert got == [2**-10 / (tol.out.atol + tol.out.rtol * (1 + 2**-10)), 0.0]
+    assert worst_ratios((exact.float(), lse.float()), (exact, lse), torch.float32, tol).tolist() == [0.0, 0.0]
 
 
 @pytest.fixture(scope="module")
