@@ -35,14 +35,16 @@ class Shrunk:
 
 
 def sizes(case: Case) -> dict[str, int]:
-    """What the before/after line compares: requests, heads, query tokens, longest context, topk."""
-    return {"batch": case.batch_size, "heads": case.heads, "drafts": case.s_q,
-            "context": max(draw_seq_lens(case), default=0), "topk": case.topk}
+    """What the before/after line compares: requests, heads, query tokens, longest context, topk (and
+    DeepSeek V4's extra width, where either case has an extra cache)."""
+    found = {"batch": case.batch_size, "heads": case.heads, "drafts": case.s_q,
+             "context": max(draw_seq_lens(case), default=0), "topk": case.topk}
+    return {**found, "extra_topk": case.extra_topk} if case.extra_topk else found
 
 
 def sizes_line(before: Case, after: Case) -> str:
     old, new = sizes(before), sizes(after)
-    return ", ".join(f"{k} {old[k]} -> {new[k]}" for k in old)
+    return ", ".join(f"{k} {old.get(k, 0)} -> {new.get(k, 0)}" for k in {**old, **new})
 
 
 def shrink(case: Case, row: dict, rerun) -> Shrunk:

@@ -9,7 +9,10 @@ from harness.running.runner import run_case
 
 def test_the_suite_covers_the_issues_scale():
     cases = load_suite("sparse-scale").cases
-    assert {c.topk for c in cases} == {2048} and {c.heads for c in cases} == {64, 128}
+    assert {c.topk for c in cases if not c.extra_topk} == {2048} and {c.heads for c in cases} == {64, 128}
+    # DeepSeek V4's layers: the 128-token window with C4's top-512 or C128's every entry (8,192 at 1M tokens)
+    assert {(c.topk, c.extra_topk) for c in cases if c.extra_topk} == {(128, 512), (128, 8192)}
+    assert any(c.seqlen == "equal:1048576" and c.extra_seqlen == "ratio:128" for c in cases)
     assert max(c.batch_size for c in cases) >= 512 and min(c.batch_size for c in cases) >= 8
     assert any(c.seqlen == "equal:163840" for c in cases) and {c.dtype for c in cases} == {"bf16"}
     assert {c.kv_format for c in cases} == {"v32", "v4"} and any(c.mode == "verify" for c in cases)
