@@ -174,8 +174,10 @@ def _fake_run(tmp_path, monkeypatch, fake: int, extra_env: dict, *flags):
     for key, value in extra_env.items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "r.jsonl"
+    # --device cpu: the workers are pinned to pretend GPUs, which hide a real one on a GPU box
     code, _, err = run_cli(["run", "--suite", str(tmp_path / "s.toml"), "--backend", f"{tmp_path / 'pinned.py'}:Pinned",
-                            "--out", str(out), "--chunk", "1", "--no-progress", "--timeout", "120", *flags])
+                            "--out", str(out), "--chunk", "1", "--no-progress", "--timeout", "120", "--device", "cpu",
+                            *flags])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     calls = {p.name: [json.loads(line) for line in p.read_text().splitlines()] for p in notes.glob("calls-*")}
     return code, err, rows, calls
