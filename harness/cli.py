@@ -19,6 +19,7 @@ from . import commands
 from .cores import passive_openmp
 from .errors import InputError
 from .interrupts import watch_sigint
+from .jit_cache import cache_root, point_jits_at
 from .recording.status import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     try:
         args = parse(argv)
         args.started = started
+        point_jits_at(cache_root(getattr(args, "cache_dir", None)))    # before any worker or kernel import
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)

@@ -19,31 +19,30 @@ The call (flashinfer/mla/_batch_mla/_wrapper.py):
   the kernel refusing the input: reported as unsupported, quoting the message.
 - The first ``plan()`` of each (backend, q dtype, kv dtype) JIT-builds a module with
   nvcc; the build is cached under ``$FLASHINFER_WORKSPACE_BASE`` (set here, before
-  the import, to ``~/.cache/mla-verify/flashinfer`` unless already set) and its time
+  the import, to the cache root's ``flashinfer`` folder, ``harness/jit_cache.py``, unless already set) and its time
   is recorded in ``info()["jit_build_s"]``, apart from kernel time.
 """
 
 import math
 import os
 import time
-from pathlib import Path
 
 import torch
 
 from reference import descale_scalar
 
+from ..jit_cache import cache_root, point_jits_at
 from .base import Backend, Capabilities, Feature, Unsupported
 from .optional import LazyKernel, dist_version
 
 WORKSPACE_BYTES = 128 << 20          # FlashInfer's documented usual starting point
-DEFAULT_CACHE = Path.home() / ".cache" / "mla-verify" / "flashinfer"
 INSTALL = "pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.11"
 
 
 def set_jit_cache():
-    """Point FlashInfer's JIT cache at a folder that outlives one process (before the import)."""
-    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", str(DEFAULT_CACHE))
-    return os.environ["FLASHINFER_WORKSPACE_BASE"]
+    """Point FlashInfer's JIT cache at a folder that outlives one process (before the import): the cache
+    root's (``jit_cache``; the CLI has set it already, a plug-in host may not have)."""
+    return point_jits_at(cache_root())["FLASHINFER_WORKSPACE_BASE"]
 
 
 class FlashInferMLABackend(LazyKernel, Backend):

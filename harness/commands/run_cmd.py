@@ -53,6 +53,8 @@ def add_parser(sub):
                    help=f"after N timeouts in a row on a backend, record its remaining cases as timeout without "
                         f"running them (default {MAX_TIMEOUTS}; 0 runs every case)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the kernels' JITs keep their builds, kept between "
+                   "runs (default $MLA_VERIFY_CACHE, else ~/.cache/mla-verify)")
     p.add_argument("--table", action="store_true", help="also print a count per status for each backend, suite, "
                    "mode and dtype (the HTML report has this table too)")
     p.set_defaults(func=main)
