@@ -120,8 +120,8 @@ def _unnamed(prefix: str, sent: dict) -> dict:
 def build(case: Case, device) -> SparseCase:
     """The case's inputs, from its seed: lengths, pages and listed positions drawn on the host (``plan``),
     sent in one transfer, everything as wide as the context (``req_to_token``, the slots, the tokens) built
-    on ``device`` (``place``).  It waits for the device once, for the indices' ``IndexStats`` (the gate
-    reads them on the host)."""
+    on ``device`` (``place``).  It waits for the device once per cache, for its indices' ``IndexStats`` (the
+    gate reads them on the host)."""
     device = torch.device(device)
     seq_lens = draw_seq_lens(case)
     specs = {"main.": main_spec(case, seq_lens), "extra.": extra_spec(case, seq_lens)}
