@@ -17,7 +17,8 @@ FlashMLA's ``tests/ref.py`` computes it (it gathers both and concatenates them a
 
 A row with no valid entry has out 0 and LSE +inf (FlashMLA's convention: a backend that says
 otherwise declares it).  A sink of +inf zeroes the row's out; -inf leaves it unchanged.  The
-arithmetic is float64 on whatever device ``keys`` is on, a few query rows at a time.
+arithmetic is float64 on whatever device ``keys`` is on, a few query rows at a time (``attend_listed`` computes
+in its keys' dtype: float32 keys are the noise floor's emulation, harness/judging/noise_floor.py).
 """
 
 import math
@@ -75,16 +76,16 @@ def row_blocks(n: int, topk: int, d: int) -> list[tuple[int, int]]:
     return [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
 
 
-def empty_answers(n: int, h: int, d_v: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def empty_answers(n: int, h: int, d_v: int, device, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """out zeros and LSE +inf: the answer of a row no block reaches (an empty row's)."""
-    return (torch.zeros(n, h, d_v, dtype=torch.float64, device=device),
-            torch.full((n, h), math.inf, dtype=torch.float64, device=device))
+    return (torch.zeros(n, h, d_v, dtype=dtype, device=device),
+            torch.full((n, h), math.inf, dtype=dtype, device=device))
 
 
 def with_sink(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """out scaled by the sink's factor (``sink_factor``); the LSE excludes the sink."""
     if sink is not None:
-        out = out * sink_factor(lse, sink.to(out.device, torch.float64))[..., None]
+        out = out * sink_factor(lse, sink.to(out.device, out.dtype))[..., None]
     return out, lse
 
 
@@ -112,20 +113,20 @@ def _listed(keys: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, to
 
 def attend_listed(q: torch.Tensor, listed: torch.Tensor, valid: torch.Tensor, scale: float, d_v: int,
                   absolute_values: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The attention of ``q (n, h, d)`` over its listed keys ``listed (n, topk, d)`` float64 (entry j of row t
+    """The attention of ``q (n, h, d)`` over its listed keys ``listed (n, topk, d)`` (entry j of row t
     is the key ``idx[t, j]`` names; zero where ``valid (n, topk)`` is false), out ``(n, h, d_v)`` and LSE
     ``(n, h)``: ``softmax(scale * q.K) . V``, computed as ``exp(s - m) . V / l`` with ``m`` the row's
     largest score and ``l = sum exp(s - m)``, so that ``lse = m + log l``.  Each pass over the scores is in
     place: they are the largest tensor but the keys."""
     # scale * q.K, with -inf added where an entry is invalid (its key is zero): one product, no pass after it
-    bias = torch.zeros(valid.shape, dtype=torch.float64, device=listed.device).masked_fill_(~valid, -math.inf)
-    s = torch.baddbmm(bias[:, None, :], q.to(listed.device, torch.float64), listed.transpose(1, 2), alpha=scale)
+    bias = torch.zeros(valid.shape, dtype=listed.dtype, device=listed.device).masked_fill_(~valid, -math.inf)
+    s = torch.baddbmm(bias[:, None, :], q.to(listed.device, listed.dtype), listed.transpose(1, 2), alpha=scale)
     m = s.amax(dim=-1, keepdim=True)
     m.masked_fill_(torch.isneginf(m), 0.0)                                       # an empty row: s - m stays -inf
     p = s.sub_(m).exp_()
     total = p.sum(dim=-1)                                                        # 0 for an empty row
     values = listed[..., :d_v].abs() if absolute_values else listed[..., :d_v]
-    out = torch.bmm(p, values).div_(total.clamp_min(torch.finfo(torch.float64).tiny)[..., None])
+    out = torch.bmm(p, values).div_(total.clamp_min(torch.finfo(listed.dtype).tiny)[..., None])
     lse = (m.squeeze(-1) + total.log()).masked_fill_(total == 0, math.inf)
     return out, lse
 

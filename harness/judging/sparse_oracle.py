@@ -83,13 +83,19 @@ def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -
     return _attend(case, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d_v)
 
 
+def floor(case: SparseCase, view: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``expected``'s arithmetic in float32 on the same keys (read exactly, then rounded to float32): the
+    noise floor's emulation (``noise_floor``)."""
+    return _attend(case, view, dtype=torch.float32)[0]
+
+
 def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magnitudes: bool = False,
-            agreement: bool = False):
+            agreement: bool = False, dtype=torch.float64):
     """``((out (n, s_q, heads, d_v), lse (n, heads, s_q)), agree)`` of the flattened query ``rows`` (all by
     default; then out is ``(len(rows), 1, heads, d_v)``), float64; ``magnitudes``: ``sum p |V|`` in place of
     out.  ``agree`` (asked for with ``agreement``, else None): a device bool, whether every listed scale lets
     the two views agree.  A row's keys are its counted entries of every scope, main then extra, in one
-    softmax (``reference.sparse``'s module doc)."""
+    softmax (``reference.sparse``'s module doc).  ``dtype``: the arithmetic's (float32: ``floor``)."""
     inputs = case.inputs
     n, s_q, heads, d = inputs.q.shape
     q = inputs.q.reshape(n * s_q, heads, d)
@@ -104,13 +110,13 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     # no entry listed (graph padding, an all -1 case): every row is empty, the answer empty_answers' bits;
     # otherwise the blocks write every row, so nothing is filled first
     blocks = row_blocks(n * s_q, width, d) if _any_entry(case) else []
-    out, lse = (torch.empty(n * s_q, heads, inputs.d_v, dtype=torch.float64, device=q.device),
-                torch.empty(n * s_q, heads, dtype=torch.float64, device=q.device)) if blocks else \
-        empty_answers(n * s_q, heads, inputs.d_v, q.device)
+    out, lse = (torch.empty(n * s_q, heads, inputs.d_v, dtype=dtype, device=q.device),
+                torch.empty(n * s_q, heads, dtype=dtype, device=q.device)) if blocks else \
+        empty_answers(n * s_q, heads, inputs.d_v, q.device, dtype)
     for r0, r1 in blocks:
         parts = [_listed_keys(pool, listed[r0:r1].long(), fmt, page_size, view, disagree)
                  for pool, listed, fmt, page_size in scopes]
-        keys = torch.cat([k.view(r1 - r0, -1, d) for k, _ in parts], dim=1)
+        keys = torch.cat([k.view(r1 - r0, -1, d) for k, _ in parts], dim=1).to(dtype)
         valid = torch.cat([v for _, v in parts], dim=1)
         _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
                        magnitudes)
@@ -149,6 +155,8 @@ def _listed_keys(pool, idx: torch.Tensor, fmt, page_size: int, view: str, disagr
 
 def _attend_listed(out, lse, q, keys, valid, scale: float, d_v: int, magnitudes: bool):
     """``reference.sparse.attend_listed`` written into ``out`` and ``lse`` (a block's rows of the case's): on
-    CUDA its softmax in one pass (``sparse_softmax_kernel``: within 1e-13 of them), else PyTorch's passes."""
-    if sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
+    CUDA its float64 softmax in one pass (``sparse_softmax_kernel``: within 1e-13 of them), else PyTorch's
+    passes."""
+    if keys.dtype != torch.float64 or \
+            sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
         out[...], lse[...] = attend_listed(q, keys, valid, scale, d_v, absolute_values=magnitudes)
