@@ -40,6 +40,7 @@ KERNELS = {
     "flashinfer-fa2": Lazy("flashinfer_mla", "FlashInferMLABackend", ("fa2",)),
     "sglang-triton": Lazy("sglang_triton", "SGLangTritonBackend"),
     "sglang-verify-mla": Lazy("sglang_verify_mla", "SGLangVerifyMLABackend"),
+    "sglang-v4-triton": Lazy("sglang_v4_triton", "SGLangV4TritonBackend"),
     "flaggems": Lazy("flaggems_mla", "FlagGemsMLABackend"),
 }
 

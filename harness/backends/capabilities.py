@@ -28,6 +28,9 @@ class SparseSupport:
     sink: bool = True                   # takes attn_sink
     lse_base: str = "e"
     empty_row_lse: float = math.inf
+    # True: the LSE it returns counts attn_sink in its denominator, logaddexp(LSE, sink), the empty row's
+    # LSE (``empty_row_lse``) included; False: the LSE of the keys alone
+    lse_includes_sink: bool = False
     index_format: str = "token_slots"   # page * page_size + offset, -1 invalid
     max_draft_tokens: int = 8
     engine: str = "mla-verify"

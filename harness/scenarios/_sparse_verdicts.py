@@ -121,6 +121,9 @@ def second_look(a: SparseAnswer, gating: list, other: list):
 def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
     caps = a.backend.capabilities.sparse
     exp_lse = expected_lse_for(exp_lse, caps.empty_row_lse)
+    sink = a.scase.inputs.attn_sink
+    if caps.lse_includes_sink and sink is not None:     # the kernel's LSE counts the sink: so does the oracle's
+        exp_lse = torch.logaddexp(exp_lse, sink.to(exp_lse)[None, :, None])
     return {"out": Pair(a.out, exp_out, torch.bfloat16),
             "lse": Pair(lse_base_e(a.lse, caps), exp_lse, torch.float32, actual_dtype=a.lse.dtype)}
 
