@@ -41,6 +41,7 @@ KERNELS = {
     "sglang-triton": Lazy("sglang_triton", "SGLangTritonBackend"),
     "sglang-verify-mla": Lazy("sglang_verify_mla", "SGLangVerifyMLABackend"),
     "sglang-v4-triton": Lazy("sglang_v4_triton", "SGLangV4TritonBackend"),
+    "sglang-sparse-triton": Lazy("sglang_sparse_triton", "SGLangSparseTritonBackend"),
     "flaggems": Lazy("flaggems_mla", "FlagGemsMLABackend"),
 }
 

@@ -5,7 +5,7 @@ the reason they give.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..planning.cases import DTYPES, MODES, Case
 from ..planning.fixed_params import fixed_scale
@@ -31,6 +31,7 @@ class SparseSupport:
     # True: the LSE it returns counts attn_sink in its denominator, logaddexp(LSE, sink), the empty row's
     # LSE (``empty_row_lse``) included; False: the LSE of the keys alone
     lse_includes_sink: bool = False
+    has_lse: bool = True                # False: run_sparse returns no LSE (out alone is checked, and so recorded)
     index_format: str = "token_slots"   # page * page_size + offset, -1 invalid
     max_draft_tokens: int = 8
     engine: str = "mla-verify"
@@ -107,9 +108,15 @@ class SparseSupport:
 
     def conventions(self) -> dict:
         """What a sparse row records (``sparse_conventions``)."""
+        # a convention at its default is left out, so the rows of backends that keep it keep their keys
+        unusual = {k: v for k, v in (("lse_includes_sink", self.lse_includes_sink), ("has_lse", self.has_lse))
+                   if v != SPARSE_DEFAULTS[k]}
         return {"engine": self.engine, "index_format": self.index_format, "kv_dequant": self.kv_dequant,
                 "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse,
-                "head_padding": list(self.head_padding), "sink": self.sink}
+                "head_padding": list(self.head_padding), "sink": self.sink, **unusual}
+
+
+SPARSE_DEFAULTS = {f.name: f.default for f in fields(SparseSupport)}
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ though the Triton kernel itself compiles there):
 
 It takes bf16 KV, or raw e4m3 with no scale argument; FlashMLA's records carry per-tile scales, so the KV is
 the whole pool dequantized as FlashMLA's SM90 decode kernel does (``sparse_prefill.bf16_kv``), the oracle's
-``bf16_product`` view.  It returns out alone, no LSE: ``run_sparse`` returns None for it (the sparse
-capabilities have no word for that yet).  A row with no valid entry gets zeros, and so does a row whose softmax
-sum is NaN (a NaN record read): the output is gated on ``l_i > 0``; under split-K only the split holding the
-NaN is dropped, leaving the other splits' softmax.  It takes no ``attn_sink``.
+``bf16_product`` view.  It returns out alone, no LSE: ``run_sparse`` returns None for it, declared
+(``has_lse=False``), so out alone is checked and the row's conventions say so.  A row with no valid entry
+gets zeros, and so does a row whose softmax sum is NaN (a NaN record read): the output is gated on
+``l_i > 0``; under split-K only the split holding the NaN is dropped, leaving the other splits' softmax.  It
+takes no ``attn_sink``.
 The split count is SGLang's heuristic over the device's core count; ``device_cores`` overrides it (with 1, a
 launch of two or more row/head blocks runs the fused one-split kernel SGLang runs for large batches).
 
@@ -52,7 +53,7 @@ class SGLangSparseTritonBackend(TritonKernels, Backend):
             kv_formats=("v32",), kv_dequant="bf16_product", devices=("cuda",),
             # any heads (masked blocks of 16) and any topk (masked tiles): no padding, no multiple.  No LSE:
             # lse_base and empty_row_lse keep their defaults and describe nothing the kernel returns
-            sink=False, index_format="token_slots",
+            sink=False, has_lse=False, index_format="token_slots",
             engine="sglang 0.5.23 dsa_backend triton decode (triton_sparse_mla_decode_splitk) over the records "
                    "dequantized as FlashMLA's SM90 decode kernel does",
             extra_pairs=(), length_formats=()))

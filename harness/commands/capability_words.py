@@ -87,6 +87,8 @@ SPARSE = {
     "extra_topk_multiple": (LIMITS, lambda v: None if v == 1 else f"extra_topk a multiple of {v}"),
     "length_formats": (RUNS, lambda v: "no per-row topk lengths" if not v else f"per-row topk lengths: {one_of(v)}"),
     "refusals": (QUOTED, lambda v: [f"{what}: {quote}" for what, quote in v] or None),
+    "lse_includes_sink": (CONVENTIONS, lambda v: "LSE includes attn_sink (logaddexp)" if v else None),
+    "has_lse": (LIMITS, lambda v: None if v else "returns no LSE: out alone is checked"),
 }
 
 

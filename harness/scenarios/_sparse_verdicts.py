@@ -4,8 +4,9 @@ Per chunk, not per case: the witnesses' changed flags are read once, first (a ke
 inputs is not compared: the oracle would read the changed inputs, and a changed index could send its
 gather out of bounds); the oracles are queued case by case (``sparse_oracle.start_views``), the flags
 that say whether two views' keys are equal read in one transfer; the comparisons go through
-``compare.check_batches`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones.  A
-case's numbers are those it gets alone (``compare.check_tensors``), so its row is the same in any chunk.
+``compare.check_batches`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones; the noise
+floors (``noise_floor``: the oracle's arithmetic in float32) read back in one transfer.  A case's numbers are
+those it gets alone (``compare.check_tensors``), so its row is the same in any chunk.
 """
 
 import time
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 import torch
 
 from ..building.sparse_inputs import SparseCase
-from ..judging import weight_rounding
+from ..judging import noise_floor, weight_rounding
 from ..judging.checks import INPUTS_UNCHANGED, tensor_check
-from ..judging.compare import Pair, check_batches, describe_failure, expected_lse_for
+from ..judging.compare import Pair, check_batches, describe_failure, expected_lse_for, missing
 from ..judging.integrity import Witness, changed_flags
-from ..judging.sparse_oracle import finish_views, start_views, weighted_value_magnitudes
+from ..judging.sparse_oracle import finish_views, floor, start_views, weighted_value_magnitudes
 from ..judging.tolerances import TOLERANCES
 from ..phases import KernelTime, phase
 from ..recording.outcome import Outcome
@@ -39,6 +40,7 @@ class SparseAnswer:
     kernel_ms: KernelTime
     witness: Witness
     expected: dict | None = None        # view -> the oracle's (out, lse), once computed
+    floor: tuple | None = None          # the float32 emulation's (out, lse) in the gating view (``noise_floor``)
 
     @property
     def views(self) -> tuple:
@@ -48,7 +50,7 @@ class SparseAnswer:
 
     def reset(self):
         """Forget the oracle's answers, to be computed again (alone, after judging a chunk together raised)."""
-        self.expected = None
+        self.expected = self.floor = None
 
 
 def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Outcome]:
@@ -64,7 +66,8 @@ def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Ou
         checks = compare(judged)
         for a, (gating, other) in zip(judged, checks):
             second_look(a, gating, other)
-        outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0)) for a, c in zip(answers, changed)]
+        floors = iter(noise_floor.read_back([_floor_ratios(a) for a in judged]))
+        outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0), next(floors)) for a, c in zip(answers, changed)]
     t2 = time.perf_counter()
     if timing is not None:
         timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
@@ -79,6 +82,15 @@ def run_oracles(answers: list[SparseAnswer]):
     same = dict(zip(map(id, flagged), torch.stack([p.same for p in flagged]).tolist() if flagged else []))
     for a, p in zip(todo, pending):
         a.expected = finish_views(p, same.get(id(p), False))
+    for a in answers:
+        if a.floor is None:
+            a.floor = floor(a.scase, a.views[0])
+
+
+def _floor_ratios(a: SparseAnswer) -> torch.Tensor:
+    """The emulation's worst errors over the bound, out and LSE, against the gating view's oracle (on the
+    device: read back with the chunk's others)."""
+    return noise_floor.worst_ratios(a.floor, a.expected[a.views[0]], torch.bfloat16, TOLERANCES["bf16"])
 
 
 def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
@@ -96,13 +108,18 @@ def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
                 continue
             placed = []
             for name, pair in _pairs(a, *a.expected[view]).items():
+                if not isinstance(pair, Pair):          # a check already decided (no LSE returned)
+                    placed.append((pair, None))
+                    continue
                 batches.setdefault(name, []).append(pair)
                 placed.append((name, len(batches[name]) - 1))
             per_view.append(placed)
         slots.append(per_view)
     done = dict(zip(batches, check_batches([(name, pairs, bounds[name]) for name, pairs in batches.items()])))
-    return [([done[n][i] for n, i in per_view[0]], [done[n][i] for n, i in per_view[1]] if len(per_view) > 1
-             else []) for per_view in slots]
+
+    def checked(placed):
+        return [n if i is None else done[n][i] for n, i in placed]
+    return [(checked(per_view[0]), checked(per_view[1]) if len(per_view) > 1 else []) for per_view in slots]
 
 
 def second_look(a: SparseAnswer, gating: list, other: list):
@@ -124,14 +141,19 @@ def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
     sink = a.scase.inputs.attn_sink
     if caps.lse_includes_sink and sink is not None:     # the kernel's LSE counts the sink: so does the oracle's
         exp_lse = torch.logaddexp(exp_lse, sink.to(exp_lse)[None, :, None])
-    return {"out": Pair(a.out, exp_out, torch.bfloat16),
-            "lse": Pair(lse_base_e(a.lse, caps), exp_lse, torch.float32, actual_dtype=a.lse.dtype)}
+    pairs = {"out": Pair(a.out, exp_out, torch.bfloat16)}
+    if a.lse is not None:
+        pairs["lse"] = Pair(lse_base_e(a.lse, caps), exp_lse, torch.float32, actual_dtype=a.lse.dtype)
+    elif caps.has_lse:          # an LSE declared but not returned: a failed check, never a pass
+        pairs["lse"] = missing("lse", exp_lse)
+    return pairs
 
 
-def _judged(a: SparseAnswer, checks: list, other: list) -> Outcome:
+def _judged(a: SparseAnswer, checks: list, other: list, floors: list) -> Outcome:
     other_view = OTHER_VIEW[a.backend.capabilities.sparse.kv_dequant]
     failed = [c for c in checks if not c.passed]
     metrics = {c.name: c.to_dict() for c in checks}
+    metrics["noise_floor"] = noise_floor.summary({c.name: c for c in checks}, floors)
     metrics.update({f"{c.name}_{other_view}": c.to_dict() for c in other})
     metrics["sparse"] = _key_set_counts(a.scase)
     return Outcome.compared_with_oracle(
