@@ -77,8 +77,8 @@ class SparseSupport:
         """Why the case's extra cache or lengths are refused, quoting the kernel where it says."""
         quote = dict(self.refusals)
         if case.extra_topk:
-            pair = (case.kv_format, case.extra_kv_format or case.kv_format)
-            if self.extra_pairs is not None and pair not in self.extra_pairs:
+            pair = [case.kv_format, case.extra_kv_format or case.kv_format]
+            if pair not in self.pairs():
                 said = quote.get("extra_cache", "takes no extra cache")
                 return f"a {pair[1]} extra cache beside a {pair[0]} main cache: {said}"
             if case.extra_topk % self.extra_topk_multiple:

@@ -41,11 +41,7 @@ from . import input_notes, key_rows, layouts, values
 from .guards import HASH_ROW_BYTES
 from .inputs import cache_seqlens_for, draw_normal, draw_seq_lens, shared_pages_for
 from .kv_store import first_writes
-from .sparse_cache import (  # noqa: F401  (FORMATS: re-exported, see the module doc)
-    FORMATS,
-    record_format,
-    write_records,
-)
+from .sparse_cache import FORMATS, record_format  # noqa: F401  (FORMATS: re-exported, see the module doc)
 from .sparse_kernel_inputs import (  # noqa: F401  (re-exported: see the module doc)
     IndexStats,
     SparseCase,
@@ -84,14 +80,19 @@ def engine_shape(case: Case) -> int:
     return case.draft_tokens if case.mode == "verify" and case.verify_rows == "per_request" else 1
 
 
+def first_padding_request(case: Case) -> int:
+    """The ``padded`` pattern's first padding request: the last third of the batch's are (CUDA-graph and DP
+    padding), in both caches."""
+    return case.batch_size - case.batch_size // 3
+
+
 def main_spec(case: Case, seq_lens: list[int]) -> ScopeSpec:
     """The main cache's scope: the case's pages, its requests' tokens, its index pattern and length."""
     total = cache_seqlens_for(case, seq_lens)           # verify: the drafts' KV is written before the call
     shared = shared_pages_for(case, total)
     return ScopeSpec(record_format(case.kv_format), case.page_size, total, first_writes(shared, case.page_size),
                      shared, case.extra_pages, case.pool_pages, query_rows(case, seq_lens), engine_shape(case),
-                     case.topk, case.index_pattern, case.batch_size - case.batch_size // 3, case.topk_length,
-                     case.seed)
+                     case.topk, case.index_pattern, first_padding_request(case), case.topk_length, case.seed)
 
 
 def extra_spec(case: Case, seq_lens: list[int]) -> ScopeSpec | None:
@@ -105,7 +106,7 @@ def extra_spec(case: Case, seq_lens: list[int]) -> ScopeSpec | None:
     rows = [(r, seen // ratio if ratio else entries[r]) for r, seen in query_rows(case, seq_lens)]
     return ScopeSpec(record_format(case.extra_kv_format or case.kv_format), case.extra_page_size, entries,
                      [0] * len(entries), None, case.extra_pages, 0, rows, engine_shape(case), case.extra_topk,
-                     case.extra_index_pattern, case.batch_size - case.batch_size // 3, case.extra_topk_length,
+                     case.extra_index_pattern, first_padding_request(case), case.extra_topk_length,
                      case.seed + EXTRA_SEED)
 
 

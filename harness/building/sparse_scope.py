@@ -50,6 +50,11 @@ class ScopeSpec:
     length: str                 # Case.topk_length's vocabulary (planning.case.LENGTHS)
     seed: int                   # pages seed + 1, positions seed + 2, the device's draw seed + 3
 
+    @property
+    def writes(self) -> list[int]:
+        """Tokens the engine writes per request: its tokens from its first written one on."""
+        return [max(n - f, 0) for f, n in zip(self.first, self.totals)]
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -143,10 +148,9 @@ def plan(spec: ScopeSpec) -> tuple[PageAssignment, dict, torch.Generator]:
                          torch.Generator().manual_seed(spec.seed + 1), pool_pages=spec.pool_pages,
                          shared_pages=spec.shared)
     host_gen = torch.Generator().manual_seed(spec.seed + 2)
-    count = [max(n - f, 0) for f, n in zip(spec.first, spec.totals)]
     pack = {"pages": torch.from_numpy(pages.pages), "rows": torch.from_numpy(pages.rows),
             "lengths": torch.from_numpy(pages.lengths), "first": torch.tensor(spec.first, dtype=torch.int32),
-            "count": torch.tensor(count, dtype=torch.int32),
+            "count": torch.tensor(spec.writes, dtype=torch.int32),
             "owner": torch.from_numpy(pages.rows[[r for r, _ in spec.rows]])}
     if spec.pattern == "batched":
         pack["seen"] = torch.tensor([n for _, n in spec.rows], dtype=torch.int32)
@@ -171,9 +175,8 @@ def place(spec: ScopeSpec, pages: PageAssignment, sent: dict) -> Scope:
     if spec.length in ("listed", "listed_min1"):
         lengths = listed_lengths(indices, 1 if spec.length == "listed_min1" else 0)
     num_slots = pages.num_pages * spec.page_size
-    total = sum(max(n - f, 0) for f, n in zip(spec.first, spec.totals))
     slots = selected_writes(counted(indices, lengths), written_slots(
-        req_to_token, sent["rows"], sent["first"], sent["count"], total), num_slots)
+        req_to_token, sent["rows"], sent["first"], sent["count"], sum(spec.writes)), num_slots)
     # one spare page past the pool takes the padding writes, and is poisoned again after them
     records = guarded((pages.num_pages + 1, spec.fmt.page_bytes(spec.page_size)), torch.uint8, indices.device,
                       POISON_BYTE)
