@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -212,6 +213,20 @@ def test_long_tables_fold(tmp_path, files):
     assert "show all" in html[position(html, "counts"):position(html, "cases-t")]
 
 
+def title_after_load(stem: Path, html: str, script: str):
+    """The page with ``script`` added, rendered by headless Chromium at 1400 x 900: the JSON its script leaves
+    in the title once the page has loaded."""
+    page = stem.with_name(stem.name + ".html")
+    page.write_text(html.replace("</body>", script + "</body>"), encoding="utf-8")
+    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={stem.with_name(stem.name + '-profile')}", "--window-size=1400,900",
+                           "--hide-scrollbars", "--dump-dom", f"file://{page}"],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r"<title>([\[{].*?)</title>", proc.stdout)        # the script's JSON, not the report's title
+    assert found, proc.stderr[-2000:]
+    return json.loads(found.group(1))
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="Debian chromium is not installed (apt-get install -y chromium)")
 @pytest.mark.parametrize("name", ["multi", "cpu"])
@@ -222,15 +237,7 @@ def test_scoreboard_and_first_finding_are_on_the_first_screen(files, name):
     first = "f0" if name == "multi" else "findings"                    # no failure: the findings' "nothing" line
     probe = ("<script>addEventListener('load',()=>{const b=i=>document.getElementById(i).getBoundingClientRect()"
              f".bottom;document.title=JSON.stringify({{board:b('scoreboard'),first:b('{first}')}});}});</script>")
-    page = d / f"{name}-probe.html"
-    page.write_text(html.replace("</body>", probe + "</body>"), encoding="utf-8")
-    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           f"--user-data-dir={d / ('profile-' + name)}", "--window-size=1400,900",
-                           "--hide-scrollbars", "--dump-dom", f"file://{page}"],
-                          capture_output=True, text=True, timeout=120)
-    found = re.search(r"<title>(\{.*?\})</title>", proc.stdout)
-    assert found, proc.stderr[-2000:]
-    box = json.loads(found.group(1))
+    box = title_after_load(d / f"{name}-probe", html, probe)
     assert 0 < box["board"] <= 900 and 0 < box["first"] <= 900, box
 
 
@@ -253,12 +260,4 @@ def test_nothing_on_the_first_screen_is_clipped(files, name):
     table's bar column was, in its panel)."""
     d, reports = files
     _, html, _ = reports[name]
-    page = d / f"{name}-clip.html"
-    page.write_text(html.replace("</body>", CLIPPED + "</body>"), encoding="utf-8")
-    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           f"--user-data-dir={d / ('clip-profile-' + name)}", "--window-size=1400,900",
-                           "--hide-scrollbars", "--dump-dom", f"file://{page}"],
-                          capture_output=True, text=True, timeout=120)
-    found = re.search(r"<title>(\[.*?\])</title>", proc.stdout)
-    assert found, proc.stderr[-2000:]
-    assert json.loads(found.group(1)) == []
+    assert title_after_load(d / f"{name}-clip", html, CLIPPED) == []
