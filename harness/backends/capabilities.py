@@ -39,7 +39,7 @@ class SparseSupport:
     # together (None: every pair of known formats), a multiple the extra width must be, and the main formats
     # with which it takes per-row lengths (topk_length, extra_topk_length; None: every format).  ``refusals``:
     # the kernel's own words for a limit, quoted in the reason: ((what, quote), ...), what one of
-    # "extra_cache", "topk_length"
+    # "topk", "extra_topk" (the multiples), "extra_cache", "topk_length"
     extra_pairs: tuple | None = ()
     extra_topk_multiple: int = 1
     length_formats: tuple | None = ()
@@ -66,7 +66,7 @@ class SparseSupport:
             return (f"{case.heads} heads: the engine pads q heads to one of "
                     f"{', '.join(map(str, self.head_padding))}, and none holds them")
         if case.topk % self.topk_multiple:
-            return f"topk {case.topk} is not a multiple of {self.topk_multiple}"
+            return self._quoted("topk", f"topk {case.topk} is not a multiple of {self.topk_multiple}")
         if case.sink != "none" and not self.sink:
             return "takes no attn_sink"
         if case.mode == "verify" and case.draft_tokens > self.max_draft_tokens:
@@ -82,12 +82,18 @@ class SparseSupport:
                 said = quote.get("extra_cache", "takes no extra cache")
                 return f"a {pair[1]} extra cache beside a {pair[0]} main cache: {said}"
             if case.extra_topk % self.extra_topk_multiple:
-                return f"extra_topk {case.extra_topk} is not a multiple of {self.extra_topk_multiple}"
+                return self._quoted("extra_topk", f"extra_topk {case.extra_topk} is not a multiple of "
+                                                  f"{self.extra_topk_multiple}")
         if "none" != case.topk_length or "none" != case.extra_topk_length:
             if self.length_formats is not None and case.kv_format not in self.length_formats:
                 said = quote.get("topk_length", "takes no per-row topk_length")
                 return f"per-row lengths with a {case.kv_format} cache: {said}"
         return None
+
+    def _quoted(self, what: str, text: str) -> str:
+        """``text``, then the kernel's own words for that limit where ``refusals`` holds them."""
+        said = dict(self.refusals).get(what)
+        return f"{text}: {said}" if said else text
 
     def pairs(self) -> list:
         """The (main, extra) format pairs it reads in one call."""

@@ -47,14 +47,14 @@ class FlashMLASparseBackend(Backend):
             # V4's 584-byte records: the wheel tells the formats apart by bytes per token (its docstring: "The
             # format is detected from `bytes_per_token`"); FlashMLA's own V4 cases ran with use_legacy=True
             kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
-            # "On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel's source)
             topk_multiple=64, sink=True, lse_base="e", empty_row_lse=float("inf"), index_format="token_slots",
             engine="sglang 0.5.23 dsa_backend flashmla_kv (flash_mla.flash_mla_with_kvcache, use_legacy=True)",
             # DeepSeek V4's second cache and per-row lengths are MODEL1 (d_qk 512) features; its docstring:
-            # extra_k_cache's "format requirements are the same as k_cache"; the wheel's strings: "extra_topk
-            # mod 64 must be 0"
+            # extra_k_cache's "format requirements are the same as k_cache"
             extra_pairs=(("v4", "v4"),), extra_topk_multiple=64, length_formats=("v4",),
-            refusals=(("extra_cache", '"V3.2 does not support extra KV cache" (FlashMLA 9241ae3, '
+            refusals=(("topk", '"On SM90, topk must be a multiple of 64" (the sgl-flash-mla 1.0.0 wheel)'),
+                      ("extra_topk", '"extra_topk mod 64 must be 0" (the sgl-flash-mla 1.0.0 wheel\'s legacy build)'),
+                      ("extra_cache", '"V3.2 does not support extra KV cache" (FlashMLA 9241ae3, '
                                       'csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh)'),
                       ("topk_length", '"V3.2 does not support dynamic topk length" (FlashMLA 9241ae3, '
                                       'csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh)'))))

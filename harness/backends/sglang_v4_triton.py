@@ -34,6 +34,8 @@ from .base import Backend, Capabilities, Feature, SparseSupport
 from .sglang_triton import INSTALL, TritonKernels
 
 MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
+ALIGNED_64 = ('"last dimension is not aligned to 64": SGLang asserts it of both index widths before the call '
+              "(deepseek_v4_backend.py)")
 # s_q > 1 is read as one row of s_q * topk entries with q's first token only: no assert says so, its shapes do
 ONE_QUERY_TOKEN = ('s_q must be 1: the kernel takes "q: [B, 1, H, D]" and runs "q3 = q.squeeze(1)" '
                    "(flash_mla_sm120_triton.py, _run_triton_sparse_decode); SGLang flattens verify drafts into "
@@ -53,8 +55,9 @@ class SGLangV4TritonBackend(TritonKernels, Backend):
             empty_row_lse=-math.inf, lse_includes_sink=True, index_format="token_slots",
             engine="sglang 0.5.23 deepseek_v4_backend sm120 (flash_mla_sparse_decode_triton)",
             extra_pairs=(("v4", "v4"),), length_formats=("v4",),
-            refusals=(("extra_cache", "the kernel reads V4's 584-byte records only (flash_mla_sm120_triton.py: "
-                                      "_TOKEN_DATA_STRIDE = 576, _SCALE_STRIDE = 8)"),)))
+            refusals=(("topk", ALIGNED_64), ("extra_topk", ALIGNED_64),
+                      ("extra_cache", "the kernel reads V4's 584-byte records only (flash_mla_sm120_triton.py: "
+                                      "_TOKEN_DATA_STRIDE = 576, _SCALE_STRIDE = 8)"))))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
     modules = ("triton", MODULE)
     packages = ((MODULE, "sglang"),)

@@ -78,9 +78,9 @@ class FlashMLASparsePrefillBackend(SparsePrefillForm):
     install = FLASH_MLA_INSTALL
     capabilities = dataclasses.replace(SparsePrefillForm.capabilities, sparse=SparseSupport(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
-        # FlashMLA 9241ae3 csrc/sm90/prefill/sparse/phase1.cuh: "KU_ASSERT(params.topk % (2*B_TOPK) == 0)",
-        # B_TOPK = 64 (config.h)
         topk_multiple=128, sink=True, lse_base="e", empty_row_lse=float("inf"),
+        refusals=(("topk", '"KU_ASSERT(params.topk % (2*B_TOPK) == 0)" with B_TOPK = 64 (FlashMLA 9241ae3, '
+                           'csrc/sm90/prefill/sparse/phase1.cuh, config.h)'),),
         engine="sglang dsa_backend flashmla_sparse (flash_mla.flash_mla_sparse_fwd, use_legacy=True) over the "
                "records dequantized as the SM90 decode kernel does"))
 
