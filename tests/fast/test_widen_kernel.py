@@ -74,7 +74,9 @@ def test_the_oracle_gives_the_same_bits_with_and_without_the_kernel():
 
     from harness.fast import widen_kernel
     from reference import mla_attention_many
-    problems = [dataclasses.replace(p, q=p.q.cuda(), kv_pool=p.kv_pool.cuda()) for p in cpu_problems()]
+    # widths the kernel takes (a multiple of its BLOCK_D): at the default 40 it would write no block
+    problems = [dataclasses.replace(p, q=p.q.cuda(), kv_pool=p.kv_pool.cuda())
+                for p in cpu_problems(d_qk=2 * widen_kernel.BLOCK_D, d_v=widen_kernel.BLOCK_D)]
     filled = []
 
     def fill(*block):
