@@ -21,7 +21,8 @@ def describe(sig: tuple) -> str:
     status, what, kind, reason = sig
     if kind == "raise":
         return f"{status}: {reason}"
-    told = {"bound": "over its bound", "nonfinite": "NaN/inf", "scenario": "failed"}[kind]
+    told = {"bound": "over its bound", "nonfinite": "NaN/inf", "hidden": "finite where the reference is NaN/inf",
+            "scenario": "failed"}[kind]
     return f"{status}: {what} {told}" if kind != "scenario" else f"{status}: {told} {what}"
 
 

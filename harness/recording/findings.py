@@ -84,6 +84,17 @@ def _nonfinite_where(row: dict) -> str:
     return "in some requests with keys" if hit and not hit & empty else ""
 
 
+def _hides_nonfinite(row: dict, tensor: str) -> bool:
+    """Whether the kernel's first NaN/inf mismatch in ``tensor`` is a finite value where the reference has
+    NaN/inf: the kernel hid a NaN (or inf) of its inputs rather than making one."""
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    check = metrics.get(tensor) if isinstance(metrics.get(tensor), dict) else {}
+    if "first_nonfinite_expected" not in check:
+        return False
+    got, expected = (float_or_nan(check.get(f"first_nonfinite_{side}")) for side in ("actual", "expected"))
+    return math.isfinite(got) and not math.isfinite(expected)
+
+
 def _reason_pattern(reason: str) -> str:
     """A raise's first line with its numbers blanked, so one bug at many shapes is one finding."""
     first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else "no reason recorded"
@@ -97,7 +108,8 @@ def signature(row: dict) -> tuple[str, str, str]:
         return status, _reason_pattern(row.get("reason") or ""), "raise"
     nonfinite = _failed_tensors(row, "nonfinite")
     if nonfinite:
-        return " and ".join(BY_TENSOR[t].label for t in nonfinite), _nonfinite_where(row), "nonfinite"
+        kind = "hidden" if all(_hides_nonfinite(row, t) for t in nonfinite) else "nonfinite"
+        return " and ".join(BY_TENSOR[t].label for t in nonfinite), _nonfinite_where(row), kind
     over = [t for t in TENSOR_NAMES if any(c.startswith(f"{t}.") for c in row.get("failed_checks") or [])]
     if over:
         return " and ".join(BY_TENSOR[t].label for t in over), "", "bound"
@@ -109,7 +121,7 @@ class Finding:
     backend: str
     what: str                 # the tensors, or the status of a raise
     where: str                # a location pattern, or the raise's reason
-    kind: str                 # nonfinite, bound, raise, scenario
+    kind: str                 # nonfinite, hidden, bound, raise, scenario
     cases: int
     smallest: dict            # the record of the smallest case: rerun it first
     evidence: str
@@ -139,6 +151,8 @@ def _evidence(kind: str, what: str, where: str, recs: list[dict]) -> str:
     scope = f"{n} case{'s' if n != 1 else ''} ({', '.join(modes)}; {', '.join(dtypes)})"
     if kind == "nonfinite":
         return f"NaN/inf in {what} where the reference is finite{', ' + where if where else ''}: {scope}."
+    if kind == "hidden":
+        return f"finite {what} where the reference is NaN/inf (a NaN or inf of the inputs hidden): {scope}."
     if kind == "bound":
         parts = []
         for t in TENSOR_NAMES:

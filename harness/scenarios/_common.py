@@ -21,7 +21,7 @@ from ..judging.tolerances import TOLERANCES, Tolerance
 from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
 from ._evidence import out_samples
-from ._oracles import run_oracles
+from ._oracles import run_floors, run_oracles
 
 
 def build_inputs(case, device) -> Inputs:
@@ -186,7 +186,6 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
         batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
         exp_lses = []
-        floors = [None] * len(answers)            # per answer: its noise floor's device pair, read back below
         for i, a in enumerate(answers):
             tol = TOLERANCES[a.case.dtype]
             pairs, exp_lse = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.expected)
@@ -199,9 +198,6 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
                 for (name, pair), tensor in zip(e2e.items(), (t for t in TENSORS if not t.gating)):
                     pairs[tensor.name] = pair
                     bounds[tensor.name] = getattr(tol.end_to_end, name)
-            if a.floor is not None:      # the noise floor: the emulation measured as the kernel is
-                floors[i] = noise_floor.worst_ratios(a.floor, a.expected,
-                                                     expected_out_dtype(a.inputs, a.backend.capabilities), tol)
             for name, pair in pairs.items():
                 if isinstance(pair, Pair):
                     batches.setdefault((name, bounds[name]), []).append((i, pair))
@@ -213,7 +209,7 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
             for (i, _), check in zip(items, batch):
                 checks[i][check.name] = check
         samples = out_samples([(a.case.seed, a.out) for a in answers])
-        floors = noise_floor.read_back(floors)
+        floors = _floors(answers, checks)
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i], noise_floor.summary(checks[i], floors[i]))
                     for i, a in enumerate(answers)]
@@ -228,6 +224,21 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     if timing is not None:
         timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
     return outcomes
+
+
+def _floors(answers: list[Answer], checks: list[dict]) -> list:
+    """Per answer its noise floor's worst ratios read back (``noise_floor``), or None where every gating
+    check passed: the emulation, measured as the kernel is, runs only for the answers that failed."""
+    gating = {t.name for t in TENSORS if t.gating}
+    failed = [i for i, a in enumerate(answers)
+              if noise_floor.needed([c for name, c in checks[i].items() if name in gating])]
+    run_floors([answers[i] for i in failed])
+    floors = [None] * len(answers)
+    for i in failed:
+        a = answers[i]
+        floors[i] = noise_floor.worst_ratios(a.floor, a.expected, expected_out_dtype(a.inputs, a.backend.capabilities),
+                                             TOLERANCES[a.case.dtype])
+    return noise_floor.read_back(floors)
 
 
 def _wait_for(device):

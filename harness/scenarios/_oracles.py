@@ -1,6 +1,6 @@
 """The oracle calls a dense answer needs (``_common.Answer``), run together: the float64 oracle on the inputs
-as the kernel computes with them, for fp8 also on the unquantised ones, and the float32 emulation of the same
-computation whose error is the answer's noise floor (``judging.noise_floor``)."""
+as the kernel computes with them, for fp8 also on the unquantised ones; and, for the answers that failed, the
+float32 emulation of the same computation whose error is the answer's noise floor (``judging.noise_floor``)."""
 
 from ..judging import oracle
 from ..judging.conventions import at_fixed_parameters, kernel_view
@@ -8,15 +8,18 @@ from ..judging.noise_floor import FLOOR_DTYPE
 
 
 def run_oracles(answers: list):
-    """Every answer's oracle calls still to run: the float64 ones in one ``oracle.expected_many`` call, the
-    emulations in another (one compute dtype a call)."""
-    for dtype, slots in ((None, [(a, f, c) for a in answers for f, c in _oracle_calls(a)]),
-                         (FLOOR_DTYPE, [(a, "floor", kernel_view(a.inputs, a.backend.capabilities))
-                                        for a in answers if a.floor is None])):
-        calls = [call for _, _, call in slots]
-        results = oracle.expected_many(calls) if dtype is None else oracle.expected_many(calls, dtype)
-        for (a, field, _), result in zip(slots, results):
-            setattr(a, field, result)
+    """Every answer's float64 oracle calls still to run, in one ``oracle.expected_many`` call."""
+    slots = [(a, f, c) for a in answers for f, c in _oracle_calls(a)]
+    for (a, field, _), result in zip(slots, oracle.expected_many([call for _, _, call in slots])):
+        setattr(a, field, result)
+
+
+def run_floors(answers: list):
+    """The float32 emulations of these answers (those that failed, ``noise_floor.needed``), in one call."""
+    todo = [a for a in answers if a.floor is None]
+    calls = [kernel_view(a.inputs, a.backend.capabilities) for a in todo]
+    for a, result in zip(todo, oracle.expected_many(calls, FLOOR_DTYPE)):
+        a.floor = result
 
 
 def _oracle_calls(a) -> list[tuple]:

@@ -5,7 +5,8 @@ inputs is not compared: the oracle would read the changed inputs, and a changed 
 gather out of bounds); the oracles are queued case by case (``sparse_oracle.start_views``), the flags
 that say whether two views' keys are equal read in one transfer; the comparisons go through
 ``compare.check_batches`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones; the noise
-floors (``noise_floor``: the oracle's arithmetic in float32) read back in one transfer.  A case's numbers are
+floors of the answers that failed (``noise_floor``: the oracle's arithmetic in float32) read back in one
+transfer.  A case's numbers are
 those it gets alone (``compare.check_tensors``), so its row is the same in any chunk.
 """
 
@@ -66,7 +67,7 @@ def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Ou
         checks = compare(judged)
         for a, (gating, other) in zip(judged, checks):
             second_look(a, gating, other)
-        floors = iter(noise_floor.read_back([_floor_ratios(a) for a in judged]))
+        floors = iter(noise_floor.read_back([_floor_ratios(a, gating) for a, (gating, _) in zip(judged, checks)]))
         outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0), next(floors)) for a, c in zip(answers, changed)]
     t2 = time.perf_counter()
     if timing is not None:
@@ -82,14 +83,16 @@ def run_oracles(answers: list[SparseAnswer]):
     same = dict(zip(map(id, flagged), torch.stack([p.same for p in flagged]).tolist() if flagged else []))
     for a, p in zip(todo, pending):
         a.expected = finish_views(p, same.get(id(p), False))
-    for a in answers:
-        if a.floor is None:
-            a.floor = floor(a.scase, a.views[0])
 
 
-def _floor_ratios(a: SparseAnswer) -> torch.Tensor:
-    """The emulation's worst errors over the bound, out and LSE, against the gating view's oracle (on the
-    device: read back with the chunk's others)."""
+def _floor_ratios(a: SparseAnswer, gating: list) -> torch.Tensor | None:
+    """For an answer that failed a gating check, the emulation's worst errors over the bound, out and LSE,
+    against the gating view's oracle (on the device: read back with the chunk's others); None for one that
+    passed (``noise_floor.needed``)."""
+    if not noise_floor.needed(gating):
+        return None
+    if a.floor is None:
+        a.floor = floor(a.scase, a.views[0])
     return noise_floor.worst_ratios(a.floor, a.expected[a.views[0]], torch.bfloat16, TOLERANCES["bf16"])
 
 
@@ -153,7 +156,9 @@ def _judged(a: SparseAnswer, checks: list, other: list, floors: list) -> Outcome
     other_view = OTHER_VIEW[a.backend.capabilities.sparse.kv_dequant]
     failed = [c for c in checks if not c.passed]
     metrics = {c.name: c.to_dict() for c in checks}
-    metrics["noise_floor"] = noise_floor.summary({c.name: c for c in checks}, floors)
+    floor_summary = noise_floor.summary({c.name: c for c in checks}, floors)
+    if floor_summary:
+        metrics["noise_floor"] = floor_summary
     metrics.update({f"{c.name}_{other_view}": c.to_dict() for c in other})
     metrics["sparse"] = _key_set_counts(a.scase)
     return Outcome.compared_with_oracle(
