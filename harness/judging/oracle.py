@@ -10,9 +10,12 @@ gathered in one Triton pass (``widen_kernel.fill``, handed over here).
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from reference import Problem, descale_scalar, joins_shared_blocks, mla_attention_many
+from reference.block_attention import read_as
+from reference.sparse import weighted_value_magnitudes
 
 from ..building.inputs import Inputs, key_counts, key_sets
 from ..fast import widen_kernel
@@ -44,3 +47,21 @@ def expected_many(calls: list[Inputs], compute_dtype=torch.float64) -> list[tupl
 def expected(inputs: Inputs, compute_dtype=torch.float64):
     """The oracle on exactly the kernel's inputs."""
     return expected_many([inputs], compute_dtype)[0]
+
+
+def value_magnitudes(inputs: Inputs, rows: torch.Tensor) -> torch.Tensor | None:
+    """``sum_j p_j |V_j|`` ``(len(rows), heads, d_v)`` float64 of the flattened query ``rows`` (``b * s_q``), each
+    row over the keys its token reads: the scale of a kernel's weight-rounding error there
+    (``weight_rounding``).  None for several KV heads (MLA has one; the second look is not taken)."""
+    b, s_q, heads, d = inputs.q.shape
+    if inputs.kv_pool.shape[2] != 1:
+        return None
+    sets = key_sets(inputs)
+    lists = [sets.slot_list(t // s_q)[:sets.visible[t // s_q, t % s_q]] for t in rows.tolist()]
+    indices = np.full((len(lists), max([len(x) for x in lists] + [1])), -1, dtype=np.int64)
+    for i, slots in enumerate(lists):
+        indices[i, :len(slots)] = slots
+    keys = read_as(inputs.kv_pool.reshape(-1, d), descale_scalar(inputs.descale_k), torch.float64)
+    q = read_as(inputs.q.reshape(b * s_q, heads, d)[rows.to(inputs.q.device)], descale_scalar(inputs.descale_q),
+                torch.float64)
+    return weighted_value_magnitudes(q, keys, torch.from_numpy(indices), inputs.softmax_scale, inputs.d_v)

@@ -29,7 +29,7 @@ RECHECK_MAX_ELEMENTS = 4096
 def recheck(check: TensorCheck, actual: torch.Tensor, expected: torch.Tensor, bound: Bound, magnitudes_of_rows):
     """Take the second look at ``check`` (an ``(n, s_q, heads, d_v)`` out that failed the element bound), in
     place.  ``magnitudes_of_rows(rows)`` gives ``sum_j p_j |v_j|`` ``(len(rows), heads, d_v)`` of the
-    flattened query rows ``n * s_q``."""
+    flattened query rows ``n * s_q``, or None where it has no model (the flat bound then stands)."""
     if Kind.ELEMENT.value not in check.failures or actual.shape != expected.shape:
         return
     a, e = actual.double(), expected.double()
@@ -40,7 +40,10 @@ def recheck(check: TensorCheck, actual: torch.Tensor, expected: torch.Tensor, bo
         return
     s_q = expected.shape[1]
     rows, row_of = torch.unique(at[:, 0] * s_q + at[:, 1], return_inverse=True)
-    magnitude = magnitudes_of_rows(rows)[row_of, at[:, 2], at[:, 3]]
+    magnitudes = magnitudes_of_rows(rows)
+    if magnitudes is None:          # no model for these inputs (``oracle.value_magnitudes``): the flat bound
+        return
+    magnitude = magnitudes.to(err.device)[row_of, at[:, 2], at[:, 3]]
     errors, expect = err[over], e.abs()[over]
     model = bound.rtol * expect + torch.clamp(WEIGHT_ROUNDING * magnitude, min=bound.atol)
     ratio = errors / model
