@@ -231,8 +231,7 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
 
 
 def second_look(a: Answer, check, pair):
-    """The bf16 error model's second look (``weight_rounding``) at an out over the flat element bound: a bf16
-    kernel rounds each softmax weight before P.V, as the sparse answers are looked at too."""
+    """The bf16 error model's second look at an out over the flat element bound (``weight_rounding``)."""
     if a.case.dtype != "bf16" or check is None or check.passed or not isinstance(pair, Pair):
         return
     view = kernel_view(a.inputs, a.backend.capabilities)
@@ -248,8 +247,7 @@ def _floors(answers: list[Answer], checks: list[dict]) -> list:
               if noise_floor.needed([c for name, c in checks[i].items() if name in gating])]
     run_floors([answers[i] for i in failed])
     floors = [None] * len(answers)
-    for i in failed:
-        a = answers[i]
+    for i, a in ((i, answers[i]) for i in failed):
         floors[i] = noise_floor.worst_ratios(a.floor, a.expected, expected_out_dtype(a.inputs, a.backend.capabilities),
                                              TOLERANCES[a.case.dtype])
     return noise_floor.read_back(floors)
