@@ -98,10 +98,14 @@ class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the spars
         scores = torch.where(mask[:, None], scores, torch.full_like(scores, -math.inf))
         lse = torch.logsumexp(scores, dim=-1)
         empty = torch.isneginf(lse)
-        p = torch.exp(scores - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
+        p = self.weights(torch.exp(scores - torch.where(empty, torch.zeros_like(lse), lse)[..., None]))
         p = p.view(b, h_kv, h_q // h_kv, s_q, n).to(self.accumulate_dtype)
         out = torch.einsum("bgjsn,bngd->bsgjd", p, values.to(self.accumulate_dtype)).flatten(2, 3)
         return out.float(), torch.where(empty, torch.full_like(lse, math.inf), lse)
+
+    def weights(self, p):
+        """The softmax weights as the P.V product takes them: as computed here (a kernel may round them)."""
+        return p
 
     def merge(self, out_a, lse_a, out_b, lse_b):
         # partial outs are (b, s_q, h, d_v) and LSEs (b, h, s_q): align them for the merge
