@@ -46,9 +46,17 @@ def draw_one(rng: np.random.Generator, index: int, bounds: Bounds, dense: bool, 
     group = f"{fields['scenario']}-{fields['mode']}-{fields['dtype']}"
     case = with_pages(rng, Case(id=f"fuzz/{group}/{index}", seed=int(rng.integers(0, 2 ** 31)), **fields))
     if case.kv_format == "v4":
-        # drawn last, so every other field is drawn as it was before V4's fields were
+        # drawn after the rest, so every other field is drawn as it was before V4's fields were
         case = dataclasses.replace(case, **v4_fields(rng, case, bounds))
+    case = dataclasses.replace(case, **input_fields(rng, case.scenario))        # last, for the same reason
     return validate_case(case, f"fuzz case {index}")
+
+
+def input_fields(rng: np.random.Generator, scenario: str) -> dict:
+    """q's and the KV's values and the tensors' layout, each where the scenario builds what it shapes."""
+    choices = {"q_values": space.VALUE_CHOICES, "kv_values": space.VALUE_CHOICES, "layout": space.LAYOUT_CHOICES}
+    drawn = {key: pick(rng, options) for key, options in choices.items()}
+    return {key: value for key, value in drawn.items() if scenario in space.INPUT_SCENARIOS[key]}
 
 
 def mode_fields(rng: np.random.Generator, scenario: str) -> dict:

@@ -7,7 +7,17 @@ values.  A weight is a relative frequency: the common serving values are drawn m
 
 from dataclasses import dataclass
 
-from ..planning.case import DEEPSEEK_SOFTMAX_SCALE, INDEX_PATTERNS, LENGTHS, PADDINGS, SINKS, VERIFY_ROWS
+from ..planning.case import (
+    DEEPSEEK_SOFTMAX_SCALE,
+    INDEX_PATTERNS,
+    LAYOUTS,
+    LENGTHS,
+    PADDINGS,
+    SINKS,
+    VALUES,
+    VERIFY_ROWS,
+)
+from ..planning.case_checks import LAYOUT_SCENARIOS, VALUES_SCENARIOS
 
 # (value, weight) pairs
 DENSE_DTYPES = (("bf16", 4), ("fp16", 2), ("fp8_e4m3", 3), ("fp8_e5m2", 1))
@@ -73,3 +83,10 @@ class Bounds:
     """How large a drawn case may be: requests per case and the longest request's keys."""
     max_batch: int = MAX_BATCH
     max_context: int = MAX_CONTEXT
+
+# inputs as models and engines hand them (cases/values.toml, cases/layouts.toml), q and KV drawn apart: normal
+# values and whole tensors most, each other distribution and layout now and then; in the scenarios that build
+# the inputs they shape (``case_checks``)
+VALUE_CHOICES = tuple((v, 12 if v == "normal" else 1) for v in VALUES)
+LAYOUT_CHOICES = tuple((v, 10 if v == "contiguous" else 1) for v in LAYOUTS)
+INPUT_SCENARIOS = {"q_values": VALUES_SCENARIOS, "kv_values": VALUES_SCENARIOS, "layout": LAYOUT_SCENARIOS}

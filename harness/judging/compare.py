@@ -43,12 +43,13 @@ class TensorCheck:
     bound: dict = field(default_factory=dict)
     dtype: str | None = None                        # the kernel's dtype, and the one the engine needs
     expected_dtype: str | None = None
-    weight_rounding: dict | None = None             # the error model's second look (harness/judging/weight_rounding.py)
+    weight_rounding: dict | None = None             # the error model's second looks at out and LSE
+    score_rounding: dict | None = None              # (harness/judging/weight_rounding.py)
     constant_error: dict | None = None              # a failure's constant ratio or offset (ratio_hint.py)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        for key in ("weight_rounding", "constant_error"):   # only where found: other rows keep their keys
+        for key in ("weight_rounding", "score_rounding", "constant_error"):   # only where found: rows keep their keys
             if d[key] is None:
                 del d[key]
         return d

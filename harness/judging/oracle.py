@@ -49,19 +49,38 @@ def expected(inputs: Inputs, compute_dtype=torch.float64):
     return expected_many([inputs], compute_dtype)[0]
 
 
-def value_magnitudes(inputs: Inputs, rows: torch.Tensor) -> torch.Tensor | None:
+def value_magnitudes(inputs: Inputs, rows: torch.Tensor) -> torch.Tensor:
     """``sum_j p_j |V_j|`` ``(len(rows), heads, d_v)`` float64 of the flattened query ``rows`` (``b * s_q``), each
     row over the keys its token reads: the scale of a kernel's weight-rounding error there
-    (``weight_rounding``).  None for several KV heads (MLA has one; the second look is not taken)."""
+    (``weight_rounding``)."""
+    return torch.cat([weighted_value_magnitudes(q, keys, indices, inputs.softmax_scale, inputs.d_v)
+                      for q, keys, indices in _listed_rows(inputs, rows)], dim=1)
+
+
+def score_magnitudes(inputs: Inputs, rows: torch.Tensor) -> torch.Tensor:
+    """``scale * sum_j p_j sum_i |q_i k_ij|`` ``(len(rows), heads)`` float64 of the flattened query ``rows``: the
+    scale of a float32 kernel's score-rounding error in LSE there (``weight_rounding.LSE``)."""
+    parts = []
+    for q, keys, indices in _listed_rows(inputs, rows):
+        keys_seen = weighted_value_magnitudes(q, keys, indices, inputs.softmax_scale, keys.shape[-1])   # sum p|k|
+        parts.append((keys_seen * q.abs()).sum(-1) * inputs.softmax_scale)
+    return torch.cat(parts, dim=1)
+
+
+def _listed_rows(inputs: Inputs, rows: torch.Tensor) -> list[tuple]:
+    """Per KV head, ``(q (len(rows), its query heads, d), keys (slots, d), indices (len(rows), longest))``,
+    float64 as the kernel reads them, each row's indices the slots its token reads (-1 past them); the KV
+    heads' query heads in order, so their results join along the head axis."""
     b, s_q, heads, d = inputs.q.shape
-    if inputs.kv_pool.shape[2] != 1:
-        return None
+    kv_heads = inputs.kv_pool.shape[2]
     sets = key_sets(inputs)
     lists = [sets.slot_list(t // s_q)[:sets.visible[t // s_q, t % s_q]] for t in rows.tolist()]
     indices = np.full((len(lists), max([len(x) for x in lists] + [1])), -1, dtype=np.int64)
     for i, slots in enumerate(lists):
         indices[i, :len(slots)] = slots
-    keys = read_as(inputs.kv_pool.reshape(-1, d), descale_scalar(inputs.descale_k), torch.float64)
     q = read_as(inputs.q.reshape(b * s_q, heads, d)[rows.to(inputs.q.device)], descale_scalar(inputs.descale_q),
                 torch.float64)
-    return weighted_value_magnitudes(q, keys, torch.from_numpy(indices), inputs.softmax_scale, inputs.d_v)
+    group = heads // kv_heads
+    return [(q[:, g * group:(g + 1) * group],
+             read_as(inputs.kv_pool[:, :, g].reshape(-1, d), descale_scalar(inputs.descale_k), torch.float64),
+             torch.from_numpy(indices)) for g in range(kv_heads)]

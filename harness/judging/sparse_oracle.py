@@ -24,6 +24,7 @@ the others of the chunk in one transfer; ``expected_views`` is the same for one 
 for the device.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,18 @@ def weighted_value_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -
     scale of the kernel's weight-rounding error there (``weight_rounding``)."""
     heads, d_v = case.inputs.heads, case.inputs.d_v
     return _attend(case, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d_v)
+
+
+def score_magnitudes(case: SparseCase, view: str, rows: torch.Tensor) -> torch.Tensor:
+    """``scale * sum_j p_j sum_i |q_i k_ij|`` ``(len(rows), heads)`` of the flattened query ``rows``, in ``view``:
+    the scale of a float32 kernel's score-rounding error in LSE (``weight_rounding.LSE``)."""
+    inputs = case.inputs
+    n, s_q, heads, d = inputs.q.shape
+    # every key column, not d_v; no sink: LSE leaves it out, so its scores' errors are the keys' alone
+    whole = dataclasses.replace(case, inputs=dataclasses.replace(inputs, d_v=d, attn_sink=None))
+    keys_seen = _attend(whole, view, rows, magnitudes=True)[0][0].view(len(rows), heads, d)
+    q = inputs.q.reshape(n * s_q, heads, d)[rows].to(keys_seen.dtype).abs()
+    return (keys_seen * q).sum(-1) * inputs.softmax_scale
 
 
 def floor(case: SparseCase, view: str) -> tuple[torch.Tensor, torch.Tensor]:

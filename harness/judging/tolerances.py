@@ -17,8 +17,12 @@ the P rounding contributes about 2^-9 · sqrt(sum_i p_i^2 v_i^2) absolute, well
 under atol 5e-3 for unit-variance V, and at worst 2^-8 · sum_i p_i |v_i|, which
 a row of a few large, cancelling values can take past atol: such an element is
 looked at a second time against that worst case (harness/judging/weight_rounding.py;
-bf16 rows, dense and sparse).  Measured on FlashMLA on the H200 (docs/archive/gpu-runs-history.md): see
-there for the worst margins seen; on the `large` KV values of verify/values/0 (docs/gpu-runs.md) FlashMLA
+bf16 rows, dense and sparse).  LSE's float32 scores round at the size of
+their terms: where ``scale * sum_j p_j sum_i |q_i k_ij|`` is large (scores
+reached through cancellation), an LSE element over the flat bound is looked at
+again against 2^-24 of it (the same module; every dtype).  Measured on FlashMLA
+on the H200 (docs/archive/gpu-runs-history.md): see there for the worst margins
+seen; on the `large` KV values of verify/values/0 (docs/gpu-runs.md) FlashMLA
 and SGLang's Triton decode gave the same bf16 value, 2.72x over the flat bound.
 
 fp16 has 3 more mantissa bits than bf16, so the model's error shrinks by 8x; the bounds shrink by 5x

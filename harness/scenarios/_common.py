@@ -16,13 +16,12 @@ from ..errors import RejectedOutput
 from ..judging import diagnostics, noise_floor, oracle, weight_rounding
 from ..judging.checks import INPUTS_UNCHANGED, TENSORS, Kind, tensor_check
 from ..judging.compare import Pair, check_batches, check_tensors, describe_failure, expected_lse_for, missing
-from ..judging.conventions import kernel_view
 from ..judging.integrity import Witness, changed_flags
 from ..judging.tolerances import TOLERANCES, Tolerance
 from ..phases import KERNEL, KernelTime, phase, settle
 from ..recording.outcome import Outcome
 from ._evidence import out_samples
-from ._oracles import run_floors, run_oracles
+from ._oracles import run_floors, run_oracles, second_look
 
 
 def build_inputs(case, device) -> Inputs:
@@ -186,12 +185,12 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     with phase("compare"):
         checks = [{} for _ in answers]            # per answer: tensor name -> TensorCheck
         batches = {}                              # (tensor name, bound) -> [(answer index, Pair)]
-        exp_lses, out_pairs = [], []
+        exp_lses, look_pairs = [], []
         for i, a in enumerate(answers):
             tol = TOLERANCES[a.case.dtype]
             pairs, exp_lse = pairs_for(a.backend, a.inputs, a.out, a.lse, *a.expected)
             exp_lses.append(exp_lse)
-            out_pairs.append(pairs["out"])
+            look_pairs.append(dict(pairs))
             bounds = {"out": tol.out, "lse": tol.lse}
             if a.end_to_end is not None:
                 # The end-to-end error (against unquantised inputs) includes the engine's quantisation of
@@ -210,8 +209,8 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         for items, batch in zip(batches.values(), checked):
             for (i, _), check in zip(items, batch):
                 checks[i][check.name] = check
-        for a, check, pair in zip(answers, checks, out_pairs):
-            second_look(a, check.get("out"), pair)
+        for a, check, pair in zip(answers, checks, look_pairs):
+            second_look(a, check, pair)
         samples = out_samples([(a.case.seed, a.out) for a in answers])
         floors = _floors(answers, checks)
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
@@ -228,15 +227,6 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     if timing is not None:
         timing.update(oracle=(t1 - t0) * 1e3, compare=(t2 - t1) * 1e3)
     return outcomes
-
-
-def second_look(a: Answer, check, pair):
-    """The bf16 error model's second look at an out over the flat element bound (``weight_rounding``)."""
-    if a.case.dtype != "bf16" or check is None or check.passed or not isinstance(pair, Pair):
-        return
-    view = kernel_view(a.inputs, a.backend.capabilities)
-    weight_rounding.recheck(check, pair.actual, pair.expected, TOLERANCES["bf16"].out,
-                            lambda rows: oracle.value_magnitudes(view, rows))
 
 
 def _floors(answers: list[Answer], checks: list[dict]) -> list:
@@ -292,7 +282,7 @@ def _outcome(a: Answer, results: list, exp_lse, sample: dict, floor: dict | None
                  **({"noise_floor": floor} if floor else {})},
         messages=[describe_failure(a.case.id, c) for c in failed] + list(a.extra_messages),
         warnings=[describe_failure(a.case.id, c) for c in results if not c.passed and c.name not in gating]
-        + [weight_rounding.describe(a.case.id, c) for c in results if c.passed and c.weight_rounding],
+        + weight_rounding.passed_looks(a.case.id, results),
         diagnostics=diag,
         details={"seq_lens": host.seq_lens.tolist(), "cache_seqlens": host.cache_seqlens.tolist(),
                  "k_scale": descale_scalar(a.inputs.descale_k),

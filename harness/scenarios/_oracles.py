@@ -1,10 +1,13 @@
 """The oracle calls a dense answer needs (``_common.Answer``), run together: the float64 oracle on the inputs
 as the kernel computes with them, for fp8 also on the unquantised ones; and, for the answers that failed, the
-float32 emulation of the same computation whose error is the answer's noise floor (``judging.noise_floor``)."""
+float32 emulation of the same computation whose error is the answer's noise floor (``judging.noise_floor``); and
+the magnitudes the error model's second looks read where a check failed (``second_look``)."""
 
-from ..judging import oracle
+from ..judging import oracle, weight_rounding
+from ..judging.compare import Pair
 from ..judging.conventions import at_fixed_parameters, kernel_view
 from ..judging.noise_floor import FLOOR_DTYPE
+from ..judging.tolerances import TOLERANCES
 
 
 def run_oracles(answers: list):
@@ -31,3 +34,15 @@ def _oracle_calls(a) -> list[tuple]:
     if a.end_to_end is None and a.inputs.is_fp8 and a.inputs.q_model is not None:
         calls.append(("end_to_end", oracle.model_precision(at_fixed_parameters(a.inputs, a.backend.capabilities))))
     return calls
+
+
+def second_look(a, checks: dict, pairs: dict):
+    """The error model's second looks at an out or LSE over the flat element bound (``weight_rounding``): bf16
+    weights' rounding in out, float32 scores' rounding in LSE."""
+    view = kernel_view(a.inputs, a.backend.capabilities)
+    looks = ((weight_rounding.OUT, "out", oracle.value_magnitudes),) if a.case.dtype == "bf16" else ()
+    for look, name, magnitudes in looks + ((weight_rounding.LSE, "lse", oracle.score_magnitudes),):
+        check, pair = checks.get(name), pairs.get(name)
+        if check is not None and not check.passed and isinstance(pair, Pair):
+            weight_rounding.recheck(check, pair.actual, pair.expected, getattr(TOLERANCES[a.case.dtype], name),
+                                    lambda rows, m=magnitudes: m(view, rows), look)

@@ -20,7 +20,7 @@ from ..judging import noise_floor, weight_rounding
 from ..judging.checks import INPUTS_UNCHANGED, tensor_check
 from ..judging.compare import Pair, check_batches, describe_failure, expected_lse_for, missing
 from ..judging.integrity import Witness, changed_flags
-from ..judging.sparse_oracle import finish_views, floor, start_views, weighted_value_magnitudes
+from ..judging.sparse_oracle import finish_views, floor, score_magnitudes, start_views, weighted_value_magnitudes
 from ..judging.tolerances import TOLERANCES
 from ..phases import KernelTime, phase
 from ..recording.outcome import Outcome
@@ -125,17 +125,23 @@ def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
     return [(checked(per_view[0]), checked(per_view[1]) if len(per_view) > 1 else []) for per_view in slots]
 
 
+LOOKS = {"out": (weight_rounding.OUT, weighted_value_magnitudes), "lse": (weight_rounding.LSE, score_magnitudes)}
+
+
 def second_look(a: SparseAnswer, gating: list, other: list):
-    """The error model's second look (``weight_rounding``) at an out over the flat element bound, in each
-    view's keys; a check the two views share is looked at once."""
-    views = a.views
+    """The error model's second looks (``weight_rounding``) at an out or LSE over the flat element bound, in
+    each view's keys; a check the two views share is looked at once."""
     looked = set()
-    for view, checks in zip(views, (gating, other)):
+    for view, checks in zip(a.views, (gating, other)):
+        pairs = _pairs(a, *a.expected[view])
         for check in checks:
-            if check.name == "out" and id(check) not in looked:
-                looked.add(id(check))
-                weight_rounding.recheck(check, a.out, a.expected[view][0], TOLERANCES["bf16"].out,
-                                        lambda rows, view=view: weighted_value_magnitudes(a.scase, view, rows))
+            pair = pairs.get(check.name)
+            if check.passed or id(check) in looked or not isinstance(pair, Pair) or check.name not in LOOKS:
+                continue
+            looked.add(id(check))
+            look, magnitudes = LOOKS[check.name]
+            weight_rounding.recheck(check, pair.actual, pair.expected, getattr(TOLERANCES["bf16"], check.name),
+                                    lambda rows, view=view, m=magnitudes: m(a.scase, view, rows), look)
 
 
 def _pairs(a: SparseAnswer, exp_out, exp_lse) -> dict:
@@ -166,7 +172,7 @@ def _judged(a: SparseAnswer, checks: list, other: list, floors: list) -> Outcome
         metrics=metrics, messages=[describe_failure(a.case.id, c) for c in failed],
         warnings=[f"{other_view} view (not gating): " + describe_failure(a.case.id, c)
                   for c in other if not c.passed]
-        + [weight_rounding.describe(a.case.id, c) for c in checks if c.passed and c.weight_rounding],
+        + weight_rounding.passed_looks(a.case.id, checks),
         details=_details(a), kernel_ms=float(a.kernel_ms))
 
 

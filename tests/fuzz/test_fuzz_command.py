@@ -23,7 +23,7 @@ from harness.fuzz.profiles import round_specs, spec_for_round
 from harness.fuzz.shrink import shrink
 from harness.fuzz.signature import describe, signature
 from harness.fuzz.space import Bounds
-from harness.planning.case import DTYPES, INDEX_PATTERNS, PADDINGS, SINKS, VERIFY_ROWS
+from harness.planning.case import DTYPES, INDEX_PATTERNS, LAYOUTS, PADDINGS, SINKS, VALUES, VERIFY_ROWS
 from harness.planning.case_lengths import draw_seq_lens
 from harness.planning.cases import load_suite, scenario_names, validate_case
 from harness.recording.results import read_rows
@@ -68,6 +68,10 @@ def test_the_draws_reach_the_whole_space_the_suites_use():
     assert any(c.pool_pages for c in cases) and any(c.shared_prefix for c in cases)
     assert any(c.k_scale for c in cases) and any(not c.causal for c in cases)
     assert {c.page_size for c in cases if c.scenario == "sparse"} == {2, 53, 61, 64, 69, 256, 576}
+    # the inputs' axes, q and KV apart, on dense and sparse cases alike
+    assert {c.q_values for c in cases} == {c.kv_values for c in cases} == set(VALUES)
+    assert {c.layout for c in cases} == set(LAYOUTS)
+    assert {c.kv_values for c in cases if c.scenario == "sparse"} > {"normal"}
 
 
 def test_a_refused_case_is_drawn_again_from_its_own_generator():

@@ -3,6 +3,10 @@ rounds each softmax weight to bf16 before P.V, as FlashMLA's and SGLang's do, la
 says on KV values large enough that the output cancels; the second look passes it and says why, and it
 passes nothing a flat bound over ``2^-8 sum p|v|`` would not."""
 
+import dataclasses
+import math
+import random
+
 import pytest
 import torch
 
@@ -47,17 +51,42 @@ def test_a_wrong_kernel_still_fails_on_the_same_cases(large_values):
         assert run(case, MUTANTS["wrong_softmax_scale"](), "cpu").status is Status.FAIL
 
 
-def test_the_magnitudes_are_the_weights_times_the_absolute_values():
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_the_magnitudes_are_the_weights_times_the_absolute_values(kv_heads):
     case = next(c for c in load_suite("verify").cases if c.dtype == "bf16" and c.s_q > 1)
-    inputs = generate(case, "cpu")
+    inputs = generate(dataclasses.replace(case, kv_heads=kv_heads), "cpu")
     b, s_q, heads, d = inputs.q.shape
     rows = torch.arange(b * s_q)
-    got = oracle.value_magnitudes(inputs, rows)
+    values, scores = oracle.value_magnitudes(inputs, rows), oracle.score_magnitudes(inputs, rows)
     sets = oracle.key_sets(inputs)
-    pool = inputs.kv_pool.reshape(-1, d).double()
     for t in rows.tolist():
         r, i = divmod(t, s_q)
-        keys = pool[torch.from_numpy(sets.slot_list(r)[:sets.visible[r, i]])]
-        p = torch.softmax(inputs.q[r, i].double() @ keys.T * inputs.softmax_scale, dim=-1)
-        want = p @ keys[:, :inputs.d_v].abs() if len(keys) else torch.zeros(heads, inputs.d_v, dtype=torch.float64)
-        assert torch.allclose(got[t], want, rtol=1e-12, atol=1e-12)
+        slots = torch.from_numpy(sets.slot_list(r)[:sets.visible[r, i]])
+        for h in range(heads):
+            keys = inputs.kv_pool[:, :, h // (heads // kv_heads)].reshape(-1, d).double()[slots]
+            q = inputs.q[r, i, h].double()
+            p = torch.softmax(keys @ q * inputs.softmax_scale, dim=-1)
+            assert torch.allclose(values[t, h], p @ keys[:, :inputs.d_v].abs(), rtol=1e-12, atol=1e-12)
+            want = inputs.softmax_scale * (p @ (keys.abs() * q.abs()).sum(-1))
+            assert math.isclose(scores[t, h].item(), want.item(), rel_tol=1e-12)
+
+
+def test_float32_scores_of_large_q_pass_on_the_lse_look_and_a_wrong_lse_does_not():
+    """``q_values = "large"``: a row's scores reach 88 after heavy cancellation, and a float32 kernel's LSE
+    moves by its scores' rounding, which the flat LSE bound does not follow; the LSE's look does."""
+    base = [c for c in load_suite("values").cases if c.q_values == "large" and c.dtype == "bf16"
+            and c.scenario == "call"]
+    rng = random.Random(0)
+    looked, worst = 0, 0.0
+    for i in range(40):
+        case = dataclasses.replace(rng.choice(base), seed=rng.randrange(1 << 30), id=f"values/large/{i}",
+                                   seqlen=rng.choice(["uniform:1:8", "uniform:1:64", "list:1,2,3"]))
+        outcome = run(case, TorchBackend(), "cpu")
+        assert outcome.status is Status.PASS, outcome.messages
+        model = outcome.metrics["lse"].get("score_rounding")
+        if model:
+            looked += 1
+            worst = max(worst, model["worst_ratio"])
+            assert any("score-rounding bound" in w for w in outcome.warnings)
+        assert run(case, MUTANTS["lse_base2"](), "cpu").status is Status.FAIL
+    assert looked and worst <= 0.5, (looked, worst)
