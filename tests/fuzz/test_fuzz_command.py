@@ -175,8 +175,9 @@ def found_blocks(stdout: str) -> list[tuple[str, str, str]]:
     return blocks
 
 
-# lse_base2: any case; read_past_seqlen: the poisoned pool; no_descale_k: fp8; causal_plus_one: verify's mask
-MUTANTS = ["lse_base2", "read_past_seqlen", "no_descale_k", "causal_plus_one"]
+# lse_base2: any case; read_past_seqlen: the poisoned pool; no_descale_k: fp8; causal_plus_one: verify's mask;
+# contiguous_q: a q drawn as a strided view (the layout axis)
+MUTANTS = ["lse_base2", "read_past_seqlen", "no_descale_k", "causal_plus_one", "contiguous_q"]
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
