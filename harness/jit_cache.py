@@ -12,10 +12,11 @@ from pathlib import Path
 ENV = "MLA_VERIFY_CACHE"
 DEFAULT = Path.home() / ".cache" / "mla-verify"
 # each JIT's own variable and its folder under the root: Triton's compiled kernels (SGLang's, FlagGems',
-# ours), FlashInfer's nvcc builds (under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer), and
-# torch.utils.cpp_extension's builds
+# ours), FlashInfer's nvcc builds (under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer),
+# torch.utils.cpp_extension's builds, and FlagGems' generated code and autotuning database
+# (flag_gems/utils/code_cache.py reads FLAGGEMS_CACHE_DIR, else ~/.flaggems)
 JITS = (("TRITON_CACHE_DIR", "triton"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
-        ("TORCH_EXTENSIONS_DIR", "torch_extensions"))
+        ("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("FLAGGEMS_CACHE_DIR", "flaggems"))
 
 
 def cache_root(asked: str | None = None) -> Path:

@@ -110,6 +110,10 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     cases, selected, shard = _cases(args, suites)
     device = device_asked(args.device)
     sets = worker_sets(args, device)
+    # one GPU as the device shows it: the next backend takes the last one's workers, and the memory measured
+    # before the first is every backend's (a kept worker is idle, its cache handed back; the gate counts
+    # each worker's context).  Pinned sets measure each GPU again per backend, with fresh workers.
+    pool.carry_over = sets[0].pin is None
     if args.chunk is None:
         from ..running.chunk import CHUNK_CASES
         args.chunk = CHUNK_CASES
@@ -143,7 +147,8 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
             _run_backend(the_run, writer, spec, backend, memory)
-            memory = None        # the next backend's run measures for itself
+            if not pool.carry_over:
+                memory = None        # the next backend's run measures for itself
             at_start.per_gpu = None
     # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:

@@ -8,7 +8,9 @@ import enum
 import signal
 import time
 
-from .worker_process import EMPTY_CACHE
+from .worker_process import EMPTY_CACHE, NEXT_BACKEND
+
+KEEP_WAIT_S = 30.0    # a kept worker's answer (its device settled, its cache emptied): a healthy one takes ms
 
 
 class State(enum.Enum):
@@ -114,12 +116,31 @@ class Worker(WorkerState):
         return self.chunk[i], []
 
     def retire(self):
-        """Tell an idle worker to stop and go on without waiting for it (``WorkerPool.reap``)."""
+        """An idle worker whose backend needs it no more: kept for the next backend where the pool keeps
+        workers and it settles cleanly (``keep``); else told to stop, and not waited for (``WorkerPool.reap``)."""
+        if self.pool.carry_over and self.keep():
+            return
         try:
             super().retire()
         except (BrokenPipeError, OSError):
             pass
         self.pool.retire(self.proc)
+
+    def keep(self) -> bool:
+        """Hand this worker back to the pool as a spare for the next backend, once it says its device is
+        settled; a worker that cannot say so is killed (reaped with the retiring ones)."""
+        try:
+            self.post(NEXT_BACKEND)
+            kind, settled = self.conn.recv() if self.conn.poll(KEEP_WAIT_S) else (None, False)
+        except (EOFError, OSError):
+            kind, settled = None, False
+        self.said()               # what it wrote while it settled belongs to no row
+        if kind == "kept" and settled:
+            self.state = State.RETIRING
+            self.pool.keep(self.proc, self.conn, self.progress, self.output, getattr(self.place, "pin", None))
+            return True
+        self.proc.kill()
+        return False
 
     def kill(self):
         """End a worker that has to go (dead, hung, lost its device, or the run is over): a finished

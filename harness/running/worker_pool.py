@@ -2,7 +2,10 @@
 
 Spares are started before this process imports torch (``run``'s ``main`` starts them first thing), so
 the worker's imports, most of its start, overlap the parent's; they are told what to load as soon as
-the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.  This module imports
+the parent knows (``load_in_spare``), so that overlaps the parent's preparation too.  A pool that carries
+workers over (``carry_over``) keeps each backend's workers, settled, as the next backend's spares: a kernel
+package's import (20 s a process for SGLang's on the H200 box) and its kernels' compiles are paid once per
+process, not once per backend.  This module imports
 nothing heavy at the top for that reason.  A ``WorkerPool`` is used as a context manager: on the way out
 (an exit, an error or a Ctrl-C) it stops the spares nobody took, reaps the workers that retired, and cleans
 up what every worker it started left: its stderr file, and any named resource it did not unlink
@@ -96,7 +99,8 @@ class WorkerPool:
     memory (``stop_spares``) and when the pool closes (``reap``).
     """
 
-    def __init__(self):
+    def __init__(self, carry_over: bool = False):
+        self.carry_over = carry_over        # keep a finished backend's workers for the next (``keep``)
         self.spares: list[Spare] = []
         self.retiring: list = []
         self.started: list[Spare] = []      # every worker it started: its files are cleaned up at ``close``
@@ -152,6 +156,11 @@ class WorkerPool:
             spare.conn.send(job)
             spare.job = job
         return spare
+
+    def keep(self, proc, conn, progress, output, pin: str | None = None):
+        """A worker whose backend is done, kept as a spare told nothing yet: the next backend's job loads
+        into a process that has imported torch and the kernel packages, and compiled their kernels, already."""
+        self.spares.append(Spare(proc, conn, progress, pin=pin, output=output))
 
     def retire(self, proc):
         """A worker told to stop: its exit is waited for later (``reap``)."""

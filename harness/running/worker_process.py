@@ -15,6 +15,9 @@ from .worker_output import capture
 
 PIN_ENV = "CUDA_VISIBLE_DEVICES"
 EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your allocator's kept memory back
+# a message to an idle worker whose backend is done: settle the device, hand the allocator's memory back,
+# say so ("kept") and wait for the next backend's job, its imports and compiled kernels kept (``WorkerPool``)
+NEXT_BACKEND = "next backend"
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
@@ -29,7 +32,8 @@ def _context_lost(device):
 
 def serve(conn, progress, warm=False, pin=None, output=None):
     """A worker's life: its imports (and with ``warm`` its CUDA context), then told what to load (or None:
-    not needed after all), then chunk after chunk.  ``pin``: the one GPU it may see (``gpus.Gpu.pin``),
+    not needed after all), then chunk after chunk; kept for the next backend, the same again with its job.
+    ``pin``: the one GPU it may see (``gpus.Gpu.pin``),
     set before torch is imported, so CUDA never sees another.  ``output``: the files its stderr and its
     resource ledger go to (``worker_output``), taken before anything can write or register."""
     if output is not None:
@@ -47,24 +51,26 @@ def serve(conn, progress, warm=False, pin=None, output=None):
 
     from .backend_loader import load_backend
     job = conn.recv()
-    if job is None:
-        return
-    backend_spec, device, threads, run_chunk = job
-    # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
-    # splits its work over the threads, so another count gives other last bits in the metrics
-    torch.set_num_threads(threads)
-    try:
-        backend = load_backend(backend_spec)
-    except InputError as e:
-        conn.send(("bad_input", str(e)))
-        return
-    _warm_up(device)
-    conn.send(("ready", None))
-    _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk)
+    while job is not None:
+        backend_spec, device, threads, run_chunk = job
+        # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
+        # splits its work over the threads, so another count gives other last bits in the metrics
+        torch.set_num_threads(threads)
+        try:
+            backend = load_backend(backend_spec)
+        except InputError as e:
+            conn.send(("bad_input", str(e)))
+            return
+        _warm_up(device)
+        conn.send(("ready", None))
+        if not _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
+            return
+        job = conn.recv()
 
 
 def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
-    """Chunk after chunk until told None (or until the chunk's input is bad, or the context is lost)."""
+    """Chunk after chunk until told None or ``NEXT_BACKEND`` (or until the chunk's input is bad, or the context
+    is lost); True when told ``NEXT_BACKEND``: the worker then waits for another backend's job."""
     import torch
 
     from ..recording.outcome import context_lost_row
@@ -80,7 +86,10 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
     while True:
         job = conn.recv()
         if job is None:
-            return
+            return False
+        if job == NEXT_BACKEND:
+            conn.send(("kept", _settled(device)))
+            return True
         if job == EMPTY_CACHE:          # the parent needs this worker's kept memory for another's chunk
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -91,13 +100,27 @@ def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
                              context_lost=_context_lost(device))
         except InputError as e:
             conn.send(("bad_input", str(e)))
-            return
+            return False
         except ContextLost as lost:
             sys.stderr.flush()          # in its file before the parent reads it into the row
             conn.send(("lost", (lost.index, None if lost.index is None else context_lost_row(lost.row))))
-            return
+            return False
         sys.stderr.flush()
         conn.send(("rows", (rows, cached())))
+
+
+def _settled(device) -> bool:
+    """Whether this worker may serve another backend: on a GPU, every launch finished without a deferred
+    error, and its allocator's kept memory handed back."""
+    if device != "cuda":
+        return True
+    import torch
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    except Exception:          # a fault that surfaced only now: this process ends with its backend
+        return False
+    return True
 
 
 def _warm_up(device):
@@ -118,7 +141,8 @@ def _warm_up(device):
 
 def worker_job(backend_spec, device, run_chunk, workers: int = 1) -> tuple:
     """What a worker is told to load: ``(backend spec, device, threads, run_chunk)`` (see ``serve``), for a
-    run of ``workers`` worker processes on this host.  A spare told one job serves only that job.
+    run of ``workers`` worker processes on this host.  A spare told one job serves only that job, until
+    its pool keeps it for the next backend (``NEXT_BACKEND``).
 
     On the CPU the workers share the cores: each computes with this process's torch thread count, cut so
     that workers x threads stays within the cores (``cores.cpu_threads``).  On a GPU the host's work is small

@@ -24,7 +24,8 @@ def test_every_jit_points_under_the_root_but_a_users_own_setting_wins(monkeypatc
     found = jit_cache.point_jits_at(tmp_path / "root")
     assert found == {"TRITON_CACHE_DIR": str(tmp_path / "mine"),
                      "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "root" / "flashinfer"),
-                     "TORCH_EXTENSIONS_DIR": str(tmp_path / "root" / "torch_extensions")}
+                     "TORCH_EXTENSIONS_DIR": str(tmp_path / "root" / "torch_extensions"),
+                     "FLAGGEMS_CACHE_DIR": str(tmp_path / "root" / "flaggems")}
     assert os.environ[jit_cache.ENV] == str(tmp_path / "root")
 
 
