@@ -142,8 +142,11 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)
         print(f"mla-verify: shard {shards.label(*shard)}: {len(cases)} of the {selected} case(s)", file=sys.stderr)
     the_run = _Run(args, suites, cases, device, sets, summary, row_extra, path,
-                   bool(args.resume) and Path(args.resume).exists(), pool, at_start)
+                   bool(args.resume) and Path(args.resume).exists(), pool, at_start, len(backends))
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
+    if len(backends) > 1 and not the_run.resuming:     # a line for the run; resuming, each backend's counts
+        print(f"mla-verify: {len(cases)} case(s) from {', '.join(s.name for s in suites)} on each of "
+              f"{len(backends)} backends ({device}), one backend after another; results -> {path}", file=sys.stderr)
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         for spec, backend in backends:
             _run_backend(the_run, writer, spec, backend, memory)
@@ -223,6 +226,7 @@ class _Run:
     resuming: bool
     pool: WorkerPool
     at_start: MeasuredAtStart
+    backends: int             # how many run, one after another
 
 
 def _run_backend(r: _Run, writer, spec: str, backend, memory):
@@ -234,8 +238,9 @@ def _run_backend(r: _Run, writer, spec: str, backend, memory):
         memory = measured[0] if measured else None
     kept = kept_on_resume(writer, backend, r.cases, r.path) if r.resuming else []
     r.summary.previous.extend(kept)
-    print(f"mla-verify: {len(r.cases) - len(kept)} case(s) from {', '.join(s.name for s in r.suites)} on "
-          f"backend {backend.name} ({r.device}); results -> {r.path}", file=sys.stderr)
+    if r.resuming or r.backends == 1:
+        print(f"mla-verify: {len(r.cases) - len(kept)} case(s) from {', '.join(s.name for s in r.suites)} on "
+              f"backend {backend.name} ({r.device}); results -> {r.path}", file=sys.stderr)
     args = r.args
     run_cases(r.cases, backend, spec, r.device, writer, skip_ids={row["case_id"] for row in kept},
               progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,

@@ -2,8 +2,9 @@
 
 A GPU box's ``make verify`` runs every kernel on every suite, and most kernels are not installed
 there: a backend x suite x mode x dtype table was 170 rows, nearly all unsupported, above the
-failures.  Here a backend is one line of counts, and a backend with every row unsupported is one
-line saying why (its reasons grouped, ``reasons``).  Failing rows are clustered as the report
+failures.  Here a backend is one line of counts and what it called, and a backend with every row
+unsupported is one line saying why (its reasons grouped, ``reasons``); the others' reasons are behind
+``--table``.  Failing rows are clustered as the report
 clusters them (``findings``): each finding is shown by its smallest case's worst element and the
 command that reruns that case.  The table is behind ``run --table`` (the HTML report has it too).
 """
@@ -18,8 +19,8 @@ from .status import STATUSES, Status, gates
 
 SHOWN_FINDINGS = 4          # findings listed, most cases first; the rest are counted
 REASONS_ON_ITS_LINE = 2     # an all-unsupported backend: reason groups on its one line
-SHOWN_REASONS = 2           # a backend with some unsupported rows: reason groups listed under it
-SHOWN_WARNINGS = 2          # non-gating warnings listed; the rest are counted
+SHOWN_REASONS = 2           # --table: a backend with some unsupported rows, reason groups listed
+SHOWN_WARNINGS = 1          # non-gating warnings listed; the rest are counted
 RAISED = "error/crash/timeout"      # every gating status but fail (harness_error too): it raised or died
 BUCKETS = (Status.PASS.value, Status.FAIL.value, RAISED, Status.UNSUPPORTED.value)
 
@@ -37,8 +38,17 @@ def by_backend(rows) -> dict[str, list[dict]]:
     return grouped
 
 
-def scoreboard_lines(rows, where: str) -> list[str]:
-    """One line per backend: its counts, or for a backend that ran nothing here, why."""
+def package_words(row: dict) -> str:
+    """What a row's backend called: its package, version and API form (``backend_info``)."""
+    info = row.get("backend_info") if isinstance(row.get("backend_info"), dict) else {}
+    package = " ".join(str(x) for x in (info.get("package"), info.get("version")) if x)
+    api = f", {info['api']}" if info.get("api") else ""
+    return f"{package or 'no package'}{api}"
+
+
+def scoreboard_lines(rows) -> list[str]:
+    """One line per backend: its counts and what it called, or for a backend that ran nothing here, why.
+    Why the others' unsupported rows are unsupported is in ``--table``'s reasons and the report."""
     groups = by_backend(rows)
     width = max((len(b) for b in groups), default=0)
     lines = []
@@ -51,9 +61,21 @@ def scoreboard_lines(rows, where: str) -> list[str]:
             lines.append(f"{backend:<{width}}  all {len(mine)} unsupported: {why}" + (f" {more}" if more else ""))
             continue
         counts = Counter(bucket(str(r["status"])) for r in mine)
-        lines.append(f"{backend:<{width}}  " + ", ".join(f"{counts[b]} {b}" for b in BUCKETS))
+        ran = next(r for r in mine if r["status"] != Status.UNSUPPORTED)
+        lines.append(f"{backend:<{width}}  " + ", ".join(f"{counts[b]} {b}" for b in BUCKETS)
+                     + f"  ({package_words(ran)})")
+    return lines
+
+
+def reason_lines(rows, where: str) -> list[str]:
+    """``run --table``: under each backend that ran something, its unsupported rows' reasons, grouped."""
+    lines = []
+    for backend, mine in by_backend(rows).items():
+        reasons = [r.get("reason") for r in mine if r["status"] == Status.UNSUPPORTED]
+        if not reasons or len(reasons) == len(mine):
+            continue
         grouped = group_reasons(reasons, SHOWN_REASONS)
-        lines += [f"  unsupported ({g.cases}): {g.text}" for g in grouped.shown]
+        lines += [f"{backend} unsupported ({g.cases}): {g.text}" for g in grouped.shown]
         if more := grouped.more_text(f"in {where}"):
             lines.append(f"  {more}")
     return lines

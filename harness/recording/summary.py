@@ -1,4 +1,4 @@
-"""The console summary of a run: what was verified, a line per backend, the findings, the time, the verdict.
+"""The console summary of a run: a line per backend (what it called), the findings, the time, the verdict.
 
 The scoreboard, the findings and the ``--table`` table are worded in ``console``.
 """
@@ -11,21 +11,18 @@ from .status import Status
 
 
 def verified_backends(rows) -> list[str]:
-    """One line per backend: its name, package, version and API form, as the rows record them."""
+    """One entry per backend: its name, package, version and API form, as the rows record them."""
     seen = {}
     for r in rows:
-        info = r.get("backend_info") if isinstance(r.get("backend_info"), dict) else {}
-        package = " ".join(str(x) for x in (info.get("package"), info.get("version")) if x)
-        api = f", {info['api']}" if info.get("api") else ""
-        seen.setdefault(r.get("backend", "?"), f"{r.get('backend', '?')} ({package or 'no package'}{api})")
+        seen.setdefault(r.get("backend", "?"), f"{r.get('backend', '?')} ({console.package_words(r)})")
     return list(seen.values())
 
 
 def verified_lines(summary) -> list[str]:
-    """``verified:`` and the backend, one line per backend that verified something (a row not unsupported),
-    and how ``auto`` concluded, when it chose."""
+    """``verified: nothing`` when no row ran (each backend that ran something says what it called on its
+    scoreboard line), and how ``auto`` concluded, when it chose."""
     ran = [r for r in summary.all_rows if r["status"] != Status.UNSUPPORTED]
-    lines = [f"verified: {backend}" for backend in verified_backends(ran)] or ["verified: nothing"]
+    lines = [] if ran else ["verified: nothing"]
     for note in summary.selection[-1:]:
         if not note.startswith(tuple(f"{kernel}:" for kernel in auto_kernels(summary.selection))):
             lines.append(f"  auto: {note}")      # its conclusion; each kernel's line was said at the start
@@ -33,13 +30,14 @@ def verified_lines(summary) -> list[str]:
 
 
 def summary_lines(summary, results_path, table: bool = False) -> list[str]:
-    """The end of a run: what was verified, (with ``table``, the counts per backend, suite, mode and dtype),
-    a scoreboard line per backend, the findings, the time, the results file and the verdict."""
+    """The end of a run: how ``auto`` chose, (with ``table``, the counts per backend, suite, mode and dtype,
+    and the unsupported rows' reasons), a scoreboard line per backend, the findings, the time, the results
+    file and the verdict."""
     rows = summary.all_rows
     lines = verified_lines(summary)
     if table:
-        lines += console.table_lines(rows)
-    lines += console.scoreboard_lines(rows, results_path)
+        lines += console.table_lines(rows) + console.reason_lines(rows, results_path)
+    lines += console.scoreboard_lines(rows)
     lines += console.finding_lines(rows, results_path)
     lines += console.warning_lines(rows, results_path)
     lines.append(time_line(summary))

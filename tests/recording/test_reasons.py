@@ -79,13 +79,17 @@ def rows(tmp_path_factory):
             for k, reason in enumerate(reasons)]
 
 
-def test_the_console_lists_a_backends_reasons_under_it_and_ends_a_cut_list_with_a_count(rows):
-    """A backend that verified some cases and not others: its reasons under its line, the rest counted."""
+def test_table_lists_a_backends_reasons_and_ends_a_cut_list_with_a_count(rows):
+    """A backend that verified some cases and not others: with ``--table`` its reasons, the rest counted;
+    without, its scoreboard line alone."""
     verified = dict(rows[0], case_id="smoke/verified/0", status="pass", reason=None)
-    out = io.StringIO()
-    print_summary(RunSummary(rows=[verified, *rows]), "r.jsonl", out=out)
+    out, plain = io.StringIO(), io.StringIO()
+    print_summary(RunSummary(rows=[verified, *rows]), "r.jsonl", out=out, table=True)
+    print_summary(RunSummary(rows=[verified, *rows]), "r.jsonl", out=plain)
     text = out.getvalue()
-    listed = re.findall(r"^  unsupported \((\d+)\): (.*)$", text, re.M)
+    assert "unsupported (" not in plain.getvalue() and f"1 pass, 0 fail, 0 error/crash/timeout, {len(rows)} " \
+        "unsupported" in plain.getvalue()
+    listed = re.findall(r"^torch unsupported \((\d+)\): (.*)$", text, re.M)
     more = re.search(r"^  \.\.\. and (\d+) more reason\(s\) \((\d+) cases?\) in r\.jsonl$", text, re.M)
     assert len(listed) == SHOWN_REASONS and more, text
     assert sum(int(n) for n, _ in listed) + int(more.group(2)) == len(rows)     # every case accounted for
