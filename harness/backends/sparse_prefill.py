@@ -107,5 +107,11 @@ class FlagGemsSparseBackend(SparsePrefillForm):
     def kernel(self):
         return self._load()["flag_gems.fused"].flash_mla_sparse_fwd
 
+    def unsupported_reason(self, case, device):
+        if case.scenario == "sparse" and case.layout == "strided":
+            return ("strided views: flag_gems/fused/flashmla_sparse.py (5.0.2) refuses them, "
+                    "`assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()`")
+        return super().unsupported_reason(case, device)
+
     def info(self):
         return {"package": "flag-gems", "version": dist_version("flag-gems"), "api": CALL}

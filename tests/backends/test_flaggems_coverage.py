@@ -110,3 +110,19 @@ def test_the_quoted_lines_and_signature_are_flag_gems_own():
         assert re.sub(r"\s", "", line) in flat, name
     fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "flash_mla")
     assert [a.arg for a in fn.args.args] == re.findall(r"(\w+)[,)]", SIGNATURE.split("(", 1)[1])
+
+
+def test_flaggems_sparse_refuses_strided_views_quoting_its_assert():
+    """``flash_mla_sparse_fwd`` asserts its inputs contiguous: the ``strided`` layout's sparse cases are
+    unsupported, with that line; ``offset`` views are contiguous, and run."""
+    layouts = [c for c in load_suite("layouts").cases if c.scenario == "sparse"]
+    backend = FlagGemsSparseBackend()
+    strided = [c for c in layouts if c.layout == "strided"]
+    assert strided and all("assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()"
+                           in backend.unsupported_reason(c, "cuda") for c in strided)
+    others = [c for c in layouts if c.layout != "strided"]
+    assert others and not any("strided" in (backend.unsupported_reason(c, "cuda") or "") for c in others)
+    source = importlib.util.find_spec("flag_gems")
+    if source is not None:          # the quoted line, in the installed package
+        text = (Path(source.origin).parent / "fused" / "flashmla_sparse.py").read_text()
+        assert "assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()" in text

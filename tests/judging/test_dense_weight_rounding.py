@@ -90,3 +90,23 @@ def test_float32_scores_of_large_q_pass_on_the_lse_look_and_a_wrong_lse_does_not
             assert any("score-rounding bound" in w for w in outcome.warnings)
         assert run(case, MUTANTS["lse_base2"](), "cpu").status is Status.FAIL
     assert looked and worst <= 0.5, (looked, worst)
+
+
+def test_the_look_reads_only_the_slots_its_rows_read_in_blocks_of_rows(monkeypatch):
+    """A serving-scale pool whole in float64 is tens of GiB (on an 80 GB H100 the look asked for 37 GiB): a
+    block's keys are the slots its rows read, and a block holds no more listed keys than the bound says."""
+    case = next(c for c in load_suite("verify").cases if c.dtype == "bf16" and c.s_q > 1)
+    inputs = generate(dataclasses.replace(case, kv_heads=2, extra_pages=64), "cpu")
+    b, s_q, heads, d = inputs.q.shape
+    rows = torch.arange(0, b * s_q, 2)
+    whole = oracle.value_magnitudes(inputs, rows), oracle.score_magnitudes(inputs, rows)
+    sets = oracle.key_sets(inputs)
+    read = {int(s) for t in rows.tolist() for s in sets.slot_list(t // s_q)[:sets.visible[t // s_q, t % s_q]]}
+    blocks = list(oracle._listed_rows(inputs, rows))
+    assert len(blocks) == 1 and all(keys.shape[0] == len(read) for _, keys, _ in blocks[0])
+    assert len(read) < inputs.kv_pool.shape[0] * inputs.kv_pool.shape[1]      # the pool holds more than that
+    monkeypatch.setattr(oracle, "LOOK_BLOCK_ELEMENTS", 1)                      # a block a row
+    assert len(list(oracle._listed_rows(inputs, rows))) == len(rows)
+    # the same sums, each row padded to its block's longest rather than all rows' (another summation order)
+    assert torch.allclose(oracle.value_magnitudes(inputs, rows), whole[0], rtol=1e-12, atol=0)
+    assert torch.allclose(oracle.score_magnitudes(inputs, rows), whole[1], rtol=1e-12, atol=0)
