@@ -166,3 +166,25 @@ def heads_keyed_suite(seed: int, drafts: int, heads: list[int]) -> str:
         draft_tokens = {drafts}
         heads = {heads}
     ''')
+
+
+def serve_here(messages) -> list:
+    """``worker_process.serve`` run in this process on ``messages`` sent ahead; what it answered, in order
+    (its SIGINT handler put back after)."""
+    import multiprocessing as mp
+    import signal
+    from types import SimpleNamespace
+
+    from harness.running import worker_process
+    parent, child = mp.Pipe()
+    for message in messages:
+        parent.send(message)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        worker_process.serve(child, SimpleNamespace(value=-1))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    answers = []
+    while parent.poll():
+        answers.append(parent.recv())
+    return answers

@@ -2,9 +2,7 @@
 worker settles, says so, and loads the next backend's job in the same process, so a kernel package is
 imported and its kernels compiled once per process, not once per backend."""
 
-import multiprocessing as mp
-import signal
-from types import SimpleNamespace
+from helpers import serve_here
 
 from harness.planning.cases import load_suite
 from harness.running import isolation, worker_process
@@ -12,25 +10,9 @@ from harness.running.chunk import run_chunk
 from harness.running.worker_pool import WorkerPool
 
 
-def _serve_here(messages):
-    """``serve`` in this process on ``messages``; returns what it answered, in order."""
-    parent, child = mp.Pipe()
-    for message in messages:
-        parent.send(message)
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        worker_process.serve(child, SimpleNamespace(value=-1))
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    answers = []
-    while parent.poll():
-        answers.append(parent.recv())
-    return answers
-
-
 def test_a_worker_told_next_backend_settles_then_loads_and_runs_the_next_job():
     case = load_suite("smoke").cases[:1]
-    answers = _serve_here([worker_process.worker_job("torch", "cpu", run_chunk), case, worker_process.NEXT_BACKEND,
+    answers = serve_here([worker_process.worker_job("torch", "cpu", run_chunk), case, worker_process.NEXT_BACKEND,
                            worker_process.worker_job("reference", "cpu", run_chunk), case, None])
     kinds = [kind for kind, _ in answers]
     assert kinds == ["ready", "rows", "kept", "ready", "rows"]
@@ -42,7 +24,7 @@ def test_a_worker_told_next_backend_settles_then_loads_and_runs_the_next_job():
 
 def test_a_worker_that_ends_its_backend_with_none_is_not_kept():
     case = load_suite("smoke").cases[:1]
-    answers = _serve_here([worker_process.worker_job("torch", "cpu", run_chunk), case, None,
+    answers = serve_here([worker_process.worker_job("torch", "cpu", run_chunk), case, None,
                            worker_process.worker_job("reference", "cpu", run_chunk)])
     assert [kind for kind, _ in answers] == ["ready", "rows"]      # it stopped: the next job was never read
 

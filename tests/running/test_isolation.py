@@ -3,7 +3,7 @@
 import json
 import textwrap
 
-from helpers import heads_keyed_suite
+from helpers import heads_keyed_suite, serve_here
 
 from harness import phases
 from harness.backends.torch_backend import TorchBackend
@@ -205,24 +205,13 @@ def test_settle_waits_only_where_the_case_waits(monkeypatch):
 def test_a_worker_reports_its_cache_with_its_rows_and_empties_it_when_told():
     """The worker's side of the memory gate, run in this process: rows come with the bytes the
     allocator kept, and a request to empty the cache gets what is left (nothing on a CPU)."""
-    import multiprocessing as mp
-    import signal
-    from types import SimpleNamespace
-
     from harness.planning.cases import load_suite
     from harness.running import worker_process
     from harness.running.chunk import run_chunk
     cases = load_suite("smoke").cases[:1]
-    parent, child = mp.Pipe()
-    for message in (worker_process.worker_job("torch", "cpu", run_chunk), cases, worker_process.EMPTY_CACHE, None):
-        parent.send(message)
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        worker_process.serve(child, SimpleNamespace(value=-1))
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    assert parent.recv() == ("ready", None)
-    kind, (rows, cache) = parent.recv()
+    answers = serve_here([worker_process.worker_job("torch", "cpu", run_chunk), cases, worker_process.EMPTY_CACHE,
+                          None])
+    assert answers[0] == ("ready", None)
+    kind, (rows, cache) = answers[1]
     assert kind == "rows" and [r["case_id"] for r in rows] == [cases[0].id] and cache == 0
-    assert parent.recv() == ("cache", 0)
-    assert not parent.poll()
+    assert answers[2:] == [("cache", 0)]
