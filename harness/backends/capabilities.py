@@ -34,12 +34,13 @@ class SparseSupport:
     has_lse: bool = True                # False: run_sparse returns no LSE (out alone is checked, and so recorded)
     index_format: str = "token_slots"   # page * page_size + offset, -1 invalid
     max_draft_tokens: int = 8
+    layouts: tuple | None = None        # the ``layout``s it takes (None: every one of planning.case.LAYOUTS)
     engine: str = "mla-verify"
     # DeepSeek V4's second cache in the same call (docs/sparse.md): the (main, extra) format pairs it reads
     # together (None: every pair of known formats), a multiple the extra width must be, and the main formats
     # with which it takes per-row lengths (topk_length, extra_topk_length; None: every format).  ``refusals``:
     # the kernel's own words for a limit, quoted in the reason: ((what, quote), ...), what one of
-    # "topk", "extra_topk" (the multiples), "extra_cache", "topk_length"
+    # "topk", "extra_topk" (the multiples), "layout", "extra_cache", "topk_length"
     extra_pairs: tuple | None = ()
     extra_topk_multiple: int = 1
     length_formats: tuple | None = ()
@@ -71,6 +72,8 @@ class SparseSupport:
             return "takes no attn_sink"
         if case.mode == "verify" and case.draft_tokens > self.max_draft_tokens:
             return f"{case.draft_tokens} draft tokens; supports at most {self.max_draft_tokens}"
+        if self.layouts is not None and case.layout not in self.layouts:
+            return self._quoted("layout", f"layout {case.layout} not supported (takes {', '.join(self.layouts)})")
         return self._second_cache_reason(case)
 
     def _second_cache_reason(self, case: Case) -> str | None:
@@ -107,6 +110,7 @@ class SparseSupport:
         return {"kv_formats": list(self.formats()), "devices": list(self.devices),
                 "page_sizes": list(self.page_sizes) if self.page_sizes else None,
                 "topk_multiple": self.topk_multiple, "max_draft_tokens": self.max_draft_tokens,
+                "layouts": list(self.layouts) if self.layouts is not None else None,
                 "extra_pairs": self.pairs(), "extra_topk_multiple": self.extra_topk_multiple,
                 "length_formats": list(self.length_formats if self.length_formats is not None else FORMATS),
                 "refusals": [list(r) for r in self.refusals],

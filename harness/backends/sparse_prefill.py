@@ -100,18 +100,14 @@ class FlagGemsSparseBackend(SparsePrefillForm):
     install = FLAG_GEMS_INSTALL
     capabilities = dataclasses.replace(SparsePrefillForm.capabilities, sparse=SparseSupport(
         kv_formats=("v32", "v4"), kv_dequant="bf16_product", devices=("cuda",), head_padding=HEAD_PADDING,
-        sink=True, lse_base="e", empty_row_lse=float("inf"),
+        sink=True, lse_base="e", empty_row_lse=float("inf"), layouts=("contiguous", "offset"),
+        refusals=(("layout", '"assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()" '
+                             "(flag-gems 5.0.2, flag_gems/fused/flashmla_sparse.py)"),),
         engine="flag_gems.fused.flash_mla_sparse_fwd (Triton) over the records dequantized as FlashMLA's SM90 "
                "decode kernel does"))
 
     def kernel(self):
         return self._load()["flag_gems.fused"].flash_mla_sparse_fwd
-
-    def unsupported_reason(self, case, device):
-        if case.scenario == "sparse" and case.layout == "strided":
-            return ("strided views: flag_gems/fused/flashmla_sparse.py (5.0.2) refuses them, "
-                    "`assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()`")
-        return super().unsupported_reason(case, device)
 
     def info(self):
         return {"package": "flag-gems", "version": dist_version("flag-gems"), "api": CALL}

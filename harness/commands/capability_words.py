@@ -81,6 +81,7 @@ SPARSE = {
     "head_padding": (LIMITS, lambda v: None if not v else
                      f"q heads padded to {one_of(v)}, so at most {max(v)} heads"),
     "max_draft_tokens": (LIMITS, _at_most("draft token")),
+    "layouts": (LIMITS, lambda v: None if v is None else f"layouts: {one_of(v)}"),
     "kv_dequant": (CONVENTIONS, lambda v: DEQUANT.get(v, f"KV dequantised as {v}")),
     "extra_pairs": (RUNS, lambda v: "no extra cache" if not v else
                     "extra cache (main+extra) " + ", ".join(f"{main}+{extra}" for main, extra in v)),
