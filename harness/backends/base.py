@@ -18,6 +18,15 @@ from ..errors import InputError, Unsupported
 from ..planning.cases import Case
 from .capabilities import Capabilities, SparseSupport  # noqa: F401  (re-exported: the interface's declarations)
 
+# What a Triton kernel of these backends is compiled for: its constexprs (heads per program, page size, the
+# head dims, the draft tokens a program reads, causality, dtypes) and its strides, which Triton specialises
+# on their divisibility by 16 (the layout and the scenario's buffers change them).  A key finer than the
+# kernel's costs a case run alone; a coarser one, a compile in the fan-out as before.
+TRITON_DENSE_VARIANT = ("mode", "dtype", "heads", "kv_heads", "draft_tokens", "verify_rows", "page_size", "d_qk",
+                        "d_v", "causal", "scenario", "layout")
+TRITON_SPARSE_VARIANT = TRITON_DENSE_VARIANT + ("topk", "kv_format", "sink", "topk_length", "extra_topk",
+                                                "extra_page_size", "extra_kv_format", "extra_topk_length")
+
 
 class Feature(Enum):
     """What a backend offers beyond its required members, each a set of members (``FEATURE_MEMBERS``)."""
@@ -63,6 +72,10 @@ class Backend:
     # installs it, as scripts/install_kernels.sh and docs/kernel-packages.md do: ``mla-verify list`` shows them.
     packages: tuple = ()
     install: str | None = None
+    # The case fields its JIT builds one binary per (a Triton kernel's constexprs and specialised strides,
+    # FlashInfer's module per dtype pair); () for a kernel built ahead of time.  ``run`` runs one case of each
+    # such variant first, so each is compiled once, in parallel, before the fan-out (``running/warm_up``).
+    compiled_per: tuple = ()
     # A mutant's planted bug, and the checks expected to catch it (harness/mutants/registry.py)
     bug = ""
     caught_by: tuple = ()

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from .base import Backend, Capabilities, Feature
+from .base import TRITON_DENSE_VARIANT, Backend, Capabilities, Feature
 from .optional import LazyKernel, dist_version
 
 SIGNATURE = ("flash_mla(q, block_table, blocked_k, max_seqlen_pad, block_size, b, s_q, cache_seqlens, "
@@ -58,6 +58,7 @@ class FlagGemsMLABackend(LazyKernel, Backend):
     )
     sparse_backend = "flaggems-sparse"     # flash_mla_sparse_fwd, sparse_prefill.py
     features = frozenset({Feature.DENSE, Feature.GRAPH})
+    compiled_per = TRITON_DENSE_VARIANT
     packages = (("flag_gems.fused", "flag-gems"),)
     install = INSTALL
 

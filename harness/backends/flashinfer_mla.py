@@ -48,6 +48,7 @@ def set_jit_cache():
 class FlashInferMLABackend(LazyKernel, Backend):
     modules = ("flashinfer",)
     features = frozenset({Feature.DENSE, Feature.PREPARE, Feature.GRAPH})
+    compiled_per = ("dtype", "d_qk", "d_v")    # gen_batch_mla_module: one module per dtype pair and head dims
     packages = (("flashinfer", "flashinfer-python"),)
     install = INSTALL
     capabilities = Capabilities(

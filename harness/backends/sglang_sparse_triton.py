@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .base import Backend, Capabilities, Feature, SparseSupport
+from .base import TRITON_SPARSE_VARIANT, Backend, Capabilities, Feature, SparseSupport
 from .sglang_triton import INSTALL, TritonKernels
 from .sparse_prefill import bf16_kv
 
@@ -58,6 +58,7 @@ class SGLangSparseTritonBackend(TritonKernels, Backend):
                    "dequantized as FlashMLA's SM90 decode kernel does",
             extra_pairs=(), length_formats=()))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
+    compiled_per = TRITON_SPARSE_VARIANT
     modules = ("triton", MODULE)
     packages = ((MODULE, "sglang"),)
     install = INSTALL

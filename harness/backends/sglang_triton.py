@@ -31,7 +31,7 @@ import os
 
 import torch
 
-from .base import Backend, Capabilities, Feature
+from .base import TRITON_DENSE_VARIANT, Backend, Capabilities, Feature
 from .optional import LazyKernel, dist_version
 from .sglang_calls import (
     draft_latents,
@@ -108,6 +108,7 @@ class SGLangTritonBackend(TritonKernels, Backend):
     )
 
     features = frozenset({Feature.DENSE, Feature.GRAPH})
+    compiled_per = TRITON_DENSE_VARIANT
     packages = (("sglang.kernels.ops.attention.decode_attention", "sglang"),)
     install = INSTALL
 

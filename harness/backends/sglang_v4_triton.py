@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import Unsupported
-from .base import Backend, Capabilities, Feature, SparseSupport
+from .base import TRITON_SPARSE_VARIANT, Backend, Capabilities, Feature, SparseSupport
 from .sglang_triton import INSTALL, TritonKernels
 
 MODULE = "sglang.kernels.ops.attention.flash_mla_sm120_triton"
@@ -59,6 +59,7 @@ class SGLangV4TritonBackend(TritonKernels, Backend):
                       ("extra_cache", "the kernel reads V4's 584-byte records only (flash_mla_sm120_triton.py: "
                                       "_TOKEN_DATA_STRIDE = 576, _SCALE_STRIDE = 8)"))))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case
+    compiled_per = TRITON_SPARSE_VARIANT
     modules = ("triton", MODULE)
     packages = ((MODULE, "sglang"),)
     install = INSTALL

@@ -9,7 +9,7 @@ returns False when it declines a shape, in which case SGLang falls back to
 
 import math
 
-from .base import Backend, Capabilities, Feature, Unsupported
+from .base import TRITON_DENSE_VARIANT, Backend, Capabilities, Feature, Unsupported
 from .sglang_triton import INSTALL, TritonKernels, extend_call_args
 
 
@@ -27,6 +27,7 @@ class SGLangVerifyMLABackend(TritonKernels, Backend):
     )
 
     features = frozenset({Feature.DENSE})
+    compiled_per = TRITON_DENSE_VARIANT
     packages = (("sglang.kernels.ops.attention.verify_mla", "sglang"),)
     install = INSTALL
 

@@ -20,7 +20,7 @@ import dataclasses
 import torch
 
 from ..building.sparse_cache import dequantize, read_records
-from .base import Backend, Capabilities, Feature, SparseSupport
+from .base import TRITON_SPARSE_VARIANT, Backend, Capabilities, Feature, SparseSupport
 from .flaggems_mla import INSTALL as FLAG_GEMS_INSTALL
 from .flashmla import INSTALL as FLASH_MLA_INSTALL
 from .optional import LazyKernel, dist_version
@@ -96,6 +96,7 @@ class FlagGemsSparseBackend(SparsePrefillForm):
     name = "flaggems-sparse"
     modules = ("flag_gems.fused",)
     features = frozenset({Feature.SPARSE})
+    compiled_per = TRITON_SPARSE_VARIANT
     packages = (("flag_gems.fused", "flag-gems"),)
     install = FLAG_GEMS_INSTALL
     capabilities = dataclasses.replace(SparsePrefillForm.capabilities, sparse=SparseSupport(

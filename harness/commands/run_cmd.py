@@ -55,6 +55,9 @@ def add_parser(sub):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cache-dir", metavar="DIR", help="where the kernels' JITs keep their builds, kept between "
                    "runs (default $MLA_VERIFY_CACHE, else ~/.cache/mla-verify)")
+    p.add_argument("--no-warm-up", action="store_true", help="hand the cases out in their order from the start; "
+                   "by default, on a GPU, the first case of each variant a JIT kernel compiles runs first, "
+                   "each alone, so each variant is built once (docs/running.md)")
     p.add_argument("--table", action="store_true", help="also print a count per status for each backend, suite, "
                    "mode and dtype (the HTML report has this table too)")
     p.set_defaults(func=main)
@@ -245,7 +248,8 @@ def _run_backend(r: _Run, writer, spec: str, backend, memory):
     run_cases(r.cases, backend, spec, r.device, writer, skip_ids={row["case_id"] for row in kept},
               progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
               timeout_s=args.timeout, summary=r.summary, row_extra=r.row_extra, chunk_cases=args.chunk,
-              memory=memory, max_timeouts=args.max_timeouts, sets=r.sets, pool=r.pool)
+              memory=memory, max_timeouts=args.max_timeouts, sets=r.sets, pool=r.pool,
+              warm=r.device == "cuda" and not args.no_warm_up)
     for s in r.sets:
         s.lost, s.deaths = None, 0
 

@@ -126,8 +126,18 @@ def time_line(summary) -> str:
     gpus = gpus_used(summary.rows)
     if len(gpus) > 1:            # run --gpus: which GPUs the workers were spread over
         where += f" {gpus_text(gpus)}"
-    wall = f"{summary.seconds:.1f} s wall"
+    warm = warm_up_words(summary)
+    wall = f"{summary.seconds:.1f} s wall" + (f" ({warm})" if warm else "")
     if summary.started is not None:     # the command's time so far: its imports and the workers' start-up too
         whole = time.perf_counter() - summary.started
-        wall = f"{whole:.1f} s wall from the start ({summary.seconds:.1f} s running cases)"
+        wall = f"{whole:.1f} s wall from the start ({summary.seconds:.1f} s running cases{', ' + warm if warm else ''})"
     return f"time: {wall} in {where}; summed over cases: {phases}; writing rows {summary.io_seconds:.2f} s"
+
+
+def warm_up_words(summary) -> str:
+    """The warm-up apart (``running/warm_up``): its wall time, and the kernel time its cases spent building."""
+    if not summary.warm_up_cases:
+        return ""
+    built = sum((r.get("phase_ms") or {}).get("kernel", 0.0) for r in summary.rows if r.get("warm_up")) / 1e3
+    return (f"{summary.warm_up_seconds:.1f} s of it the warm-up of {summary.warm_up_cases} kernel variant(s), "
+            f"their kernel phase {built:.1f} s")

@@ -61,7 +61,7 @@ def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=()):
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None,
-                 pool: WorkerPool | None = None) -> list:
+                 pool: WorkerPool | None = None, later=(), on_release=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
@@ -72,22 +72,25 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     ``sets``: one ``placement.WorkerSet`` per GPU, ``workers`` processes each, each with its memory
     gate; without, one set on the default device gated by ``memory``.  ``pool``: the run's
     ``WorkerPool`` (its spares are used, its retiring workers are left to it); without, one of this call's.
+    ``later``: chunks held back until every chunk of ``chunks`` is done (``warm_up``), then ``on_release()``.
     """
     if pool is None:
         with WorkerPool() as own:
             return run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers, timeout_s,
-                                startup_timeout_s, memory, stop, sets, own)
+                                startup_timeout_s, memory, stop, sets, own, later, on_release)
     sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
     for s in sets:
         s.memory = s.memory or MemoryGate()
     job = worker_job(backend_spec, device, run_chunk, workers * len(sets))
     run = _Run([list(c) for c in chunks if c], sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s,
                pool)
-    first = min(workers * len(sets), len(run.todo))
+    run.later, run.on_release = [list(c) for c in later if c], on_release
+    first = min(workers * len(sets), len(run.todo) + len(run.later))
     working = [run.start(sets[i % len(sets)]) for i in range(first)]
     try:
         while working:
             run.heed_stop()
+            run.release(working)
             run.assign(working)
             if not working:
                 break
@@ -107,6 +110,7 @@ class _Run:
         self.on_row, self.crash_row, self.stop, self.startup_timeout_s = on_row, crash_row, stop, startup_timeout_s
         self.pool = pool
         self.never_started = []
+        self.later, self.on_release = [], None     # held back until ``todo`` is done (``release``)
 
     def start(self, place) -> Worker:
         return Worker(self.job, self.startup_timeout_s, place, self.pool)
@@ -114,12 +118,23 @@ class _Run:
     def heed_stop(self):
         """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
         if self.stop is not None and self.stop():
-            self.never_started.extend(case for chunk in self.todo for case in chunk)
+            self.never_started.extend(case for chunk in self.todo + self.later for case in chunk)
             self.todo.clear()
+            self.later.clear()
+
+    def release(self, working: list):
+        """The chunks held back, once no chunk before them waits or runs (a crashed one's cases included)."""
+        if self.later and not self.todo and all(w.chunk is None for w in working):
+            self.todo, self.later = self.later, []
+            if self.on_release is not None:
+                self.on_release()
 
     def assign(self, working: list):
         """Chunks to the idle workers of each GPU in the run; a lost GPU's idle workers retire; on several
-        GPUs, a worker started where a waiting chunk has none that may take it."""
+        GPUs, a worker started where a waiting chunk has none that may take it.  While chunks are held
+        back (``release``), an idle worker waits for them."""
+        if self.later and not self.todo:
+            return
         several = len(self.sets) > 1
         for s in placement.live(self.sets) if several else self.sets:
             hand_out(self.todo, working, s.memory, s, self.sets if several else ())
@@ -143,7 +158,7 @@ class _Run:
             working.remove(w)
             self.heed_stop()
             place = placement.refill(w.place, self.sets, working)
-            if self.todo and place is not None:
+            if (self.todo or self.later) and place is not None:
                 working.append(self.start(place))
 
     def requeue(self, cases, like=None):

@@ -19,7 +19,7 @@ from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from ..recording.results import ResultsWriter
 from ..recording.status import Status, gates, verdict_of
-from . import chunk, isolation, placement, resources
+from . import chunk, isolation, placement, resources, warm_up
 from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
@@ -59,6 +59,8 @@ class RunSummary:
     started: float | None = None                     # perf_counter at the command's start, for the whole wall
     io_seconds: float = 0.0                          # writing rows to the results file
     workers: int = 0                                 # the most worker processes any backend ran in
+    warm_up_seconds: float = 0.0                     # of ``seconds``: running each kernel variant's first case
+    warm_up_cases: int = 0                           # those first cases (``warm_up``), over every backend
     selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
 
     @property
@@ -86,7 +88,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
               memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
-              sets: list | None = None, pool: WorkerPool | None = None) -> RunSummary:
+              sets: list | None = None, pool: WorkerPool | None = None, warm: bool = False) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -101,11 +103,13 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     ``sets``: a ``placement.WorkerSet`` per GPU (``run --gpus``), ``workers`` processes each, each gated by
     its GPU's memory; a case must fit the GPU with the least.  Without, one set on the default device.
     ``pool``: the invocation's ``WorkerPool`` (its spares); without, one of this call's, closed at its end.
+    ``warm``: run the first case of each variant the backend's JIT compiles (``compiled_per``) first, each
+    alone, and the rest once they are all done (``warm_up``).
     """
     if pool is None:
         with WorkerPool() as own:
             return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
-                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own)
+                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm)
     skip_ids = skip_ids or set()
     todo = [c for c in cases if c.id not in skip_ids]
     summary = RunSummary() if summary is None else summary
@@ -117,13 +121,17 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         memory = resources.available_bytes(device)
     sets = sets or [placement.WorkerSet()]
     summary.workers = max(summary.workers, workers * len(sets))
-    chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases)
+    first, chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases,
+                          backend.compiled_per if warm else ())
     if workers:
-        never_run = isolation.run_isolated(chunks, backend_spec, device, rec.record, rec.lost_row, run_chunk,
-                                           workers=workers, timeout_s=timeout_s,
-                                           stop=lambda: rec.breaker.tripped, sets=sets, pool=pool)
+        never_run = isolation.run_isolated(first or chunks, backend_spec, device, rec.record, rec.lost_row,
+                                           run_chunk, workers=workers, timeout_s=timeout_s,
+                                           stop=lambda: rec.breaker.tripped, sets=sets, pool=pool,
+                                           later=chunks if first else (), on_release=rec.warmed)
     else:
-        never_run = _run_here(chunks, rec, sets[0])
+        never_run = _run_here(first, rec, sets[0])
+        rec.warmed()
+        never_run += _run_here(chunks, rec, sets[0])
     for case in never_run:
         rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
     rec.bar.close()
@@ -141,10 +149,26 @@ class _Recorder:
         self.bar = tqdm(total=total, desc=f"{backend.name}", unit="case", disable=not progress,
                         dynamic_ncols=True, mininterval=0.5)
         self.not_passed = 0
+        self.started = time.perf_counter()
+        self.warm_ids = set()         # the first case of each kernel variant (``warm_up``), while they run
+
+    def warming(self, cases):
+        """The first cases of each variant run now, alone: the bar says so until ``warmed``."""
+        self.warm_ids = {c.id for c in cases}
+        self.bar.set_description_str(f"{self.backend.name} warm-up ({len(cases)} variant(s))")
+
+    def warmed(self):
+        """Every variant's first case is done: the warm-up's wall time is the summary's, the rest fan out."""
+        if self.warm_ids:
+            self.summary.warm_up_seconds += time.perf_counter() - self.started
+            self.summary.warm_up_cases += len(self.warm_ids)
+            self.bar.set_description_str(self.backend.name)
 
     def record(self, row: dict):
         self.breaker.see(row)
         row.update(self.row_extra or {})
+        if row["case_id"] in self.warm_ids:
+            row["warm_up"] = True       # its kernel time holds the variant's build
         t0 = time.perf_counter()
         self.writer.write(row)
         self.summary.io_seconds += time.perf_counter() - t0
@@ -161,9 +185,10 @@ class _Recorder:
         return self.row(case, Outcome.lost(Status(status), reason), gpu)
 
 
-def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) -> list:
+def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, compiled_per: tuple):
     """The chunks to run: cases refused here recorded at once, each set's memory gate built, and the
-    rest planned into chunks no larger than the machine can give all workers' chunks at once."""
+    rest planned into chunks no larger than the machine can give all workers' chunks at once: the first case
+    of each variant of ``compiled_per`` alone, in chunks of their own, and the rest."""
     backend, device = rec.backend, rec.device
     available, measured = memory      # once: a verdict must not depend on the moment
     available, measured = _least(sets, available, measured)
@@ -178,7 +203,11 @@ def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int) ->
     for s in sets:
         s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
     budget = min(s.memory.budget for s in sets)
-    return chunk.plan(runnable, max_cases=chunk_cases, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
+    first, rest = warm_up.first_of_each(runnable, compiled_per)
+    if first:
+        rec.warming(first)
+    plan = functools.partial(chunk.plan, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
+    return plan(first, max_cases=1), plan(rest, max_cases=chunk_cases)
 
 
 def _run_here(chunks, rec: _Recorder, place) -> list:

@@ -8,7 +8,7 @@ import enum
 import signal
 import time
 
-from .worker_process import EMPTY_CACHE, NEXT_BACKEND
+from .worker_process import EMPTY_CACHE, NEXT_BACKEND, kill_worker
 
 KEEP_WAIT_S = 30.0    # a kept worker's answer (its device settled, its cache emptied): a healthy one takes ms
 
@@ -139,14 +139,14 @@ class Worker(WorkerState):
             self.state = State.RETIRING
             self.pool.keep(self.proc, self.conn, self.progress, self.output, getattr(self.place, "pin", None))
             return True
-        self.proc.kill()
+        kill_worker(self.proc)
         return False
 
     def kill(self):
         """End a worker that has to go (dead, hung, lost its device, or the run is over): a finished
         one retires instead (``retire``)."""
         self.state = State.DEAD
-        self.proc.kill()
+        kill_worker(self.proc)
         self.proc.join()
 
     def said(self) -> str:

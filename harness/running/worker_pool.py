@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import gpus as gpus_module
 from .worker_output import WorkerOutput
-from .worker_process import serve
+from .worker_process import kill_worker, serve
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
 # out.  On the H200's 16 cores (docs/gpu-runs.md, 2026-12-04, at 6fe7758; runs alternated in one call) the
@@ -150,7 +150,7 @@ class WorkerPool:
             self.spares.remove(spare)
             if spare.proc.is_alive() and spare.job in (None, job):
                 break
-            spare.proc.kill()
+            kill_worker(spare.proc)
             spare.conn.close()
         if spare.job is None:
             spare.conn.send(job)
@@ -171,7 +171,7 @@ class WorkerPool:
         workers are then reaped."""
         while self.spares:
             spare = self.spares.pop()
-            spare.proc.kill()
+            kill_worker(spare.proc)
             spare.proc.join()
             spare.conn.close()
         self.reap()
@@ -182,7 +182,7 @@ class WorkerPool:
             proc = self.retiring.pop()
             proc.join(timeout=5)
             if proc.is_alive():
-                proc.kill()
+                kill_worker(proc)
                 proc.join()
 
     def close(self):
@@ -192,16 +192,16 @@ class WorkerPool:
             self.stop_spares()
         except KeyboardInterrupt:
             for proc in [spare.proc for spare in self.spares] + self.retiring:
-                proc.kill()
+                kill_worker(proc)
         finally:
             self.release()
 
     def release(self):
-        """Every worker this pool started gone (one still alive, which none should be by now, is killed): the
-        named resources each left registered are unlinked, and their files removed."""
+        """Every worker this pool started gone (one still alive, which none should be by now, is killed, and
+        so is what a dead one left running, a compiler it had started): the named resources each left
+        registered are unlinked, and their files removed."""
         for spare in self.started:
-            if spare.proc.is_alive():
-                spare.proc.kill()
+            kill_worker(spare.proc)
             spare.proc.join()
             spare.output.release()
         self.started.clear()

@@ -4,6 +4,7 @@ Nothing heavy is imported at the top: a spare worker is started before the paren
 (``worker_pool``), and this module is what it runs.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -23,6 +24,22 @@ STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "Acc
                "unspecified launch failure")
 
 
+def lead_own_group():
+    """Make this worker the leader of a process group of its own.  The compilers a JIT starts (Triton's
+    ptxas, the nvcc of a ninja build) inherit the worker's ignored SIGINT, so a Ctrl-C does not stop them;
+    killed with their group (``kill_worker``), none is left behind compiling for a run that is over."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+
+
+def kill_worker(proc):
+    """SIGKILL to worker ``proc`` and whatever it started.  Before it leads its group there is none of that
+    id, and the worker alone is killed."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+
+
 def _context_lost(device):
     def lost(row) -> bool:
         return (device == "cuda" and row["status"] in (Status.ERROR, Status.HARNESS_ERROR)
@@ -39,6 +56,7 @@ def serve(conn, progress, warm=False, pin=None, output=None):
     if output is not None:
         capture(output)
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # the parent handles Ctrl-C
+    lead_own_group()
     if pin is not None:
         os.environ[PIN_ENV] = pin
     passive_openmp()          # before torch loads OpenMP: a spare may start before the CLI's own call

@@ -7,9 +7,11 @@ process, on the run's stderr.
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,44 @@ def test_a_worker_that_dies_while_it_starts_says_why_in_one_line(tmp_path):
     last = err.strip().splitlines()[-1]              # the error line: what the worker said last, and no more
     assert last.startswith("mla-verify: error: backend ") and last.endswith(
         "worker failed to start (worker exited with code 3): the driver library is missing here"), err
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie, waiting for a reaper that is not its old parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's state in /proc (Linux)")
+def test_a_killed_worker_takes_the_compiler_it_started_with_it(tmp_path):
+    """A JIT's compiler (here a stand-in, ``sleep``) ignores SIGINT as its worker does; killed with the
+    worker's process group, it does not compile on for a run that is over."""
+    (tmp_path / "building.py").write_text(textwrap.dedent('''
+        import os, subprocess, time
+        from harness.backends.torch_backend import TorchBackend
+
+        class Building(TorchBackend):
+            name = "building"
+
+            def run(self, inputs):
+                child = subprocess.Popen(["sleep", "300"])
+                with open(os.environ["CHILD_PID_FILE"], "w") as f:
+                    f.write(str(child.pid))
+                time.sleep(300)            # the build the run's timeout ends
+    '''))
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "s.toml").write_text(SUITE)
+    with open(tmp_path / "console", "w") as console:     # a file, not a pipe a leftover child would hold open
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--suite", str(tmp_path / "s.toml"),
+                               "--case", "s/g/0", "--backend", f"{tmp_path / 'building.py'}:Building", "--out",
+                               str(tmp_path / "r.jsonl"), "--workers", "1", "--timeout", "3", "--no-progress",
+                               "--device", "cpu"], cwd=REPO, stdout=console, stderr=console, timeout=300,
+                              env={**os.environ, "CHILD_PID_FILE": str(pid_file)})
+    assert proc.returncode == 1 and json.loads((tmp_path / "r.jsonl").read_text())["status"] == "timeout"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(child), f"the worker's child {child} outlived the run"

@@ -1,0 +1,29 @@
+"""Compile once: the first case of each kernel variant runs before the rest of a backend's cases.
+
+A JIT kernel (Triton's, FlashInfer's) builds one binary per variant, the case fields its backend names in
+``compiled_per``, on its first call in a process, and keeps it in the cache root's folders (``jit_cache``),
+which every worker shares.  Handed out in the order of the suites, every worker meets the variants one by one
+and builds each itself, in parallel with the others building the same ones.  So the run first hands out one
+case per variant, each alone, spread over the workers, and holds the rest back until all of them are done
+(``isolation``): each variant is built once, by one worker, and the fan-out finds it in the cache.  These
+are the run's own cases, recorded like any other; their rows say ``warm_up`` (their kernel time holds the
+build) and the console gives the warm-up's wall time apart.
+"""
+
+
+def variant(case, fields: tuple) -> tuple:
+    """What ``case`` compiles: its values of the backend's ``compiled_per`` fields."""
+    return tuple(getattr(case, name) for name in fields)
+
+
+def first_of_each(cases: list, fields: tuple) -> tuple[list, list]:
+    """The first case of each variant, in the cases' order, and every other case; with no fields (a kernel
+    built ahead of time, or the warm-up turned off) nothing is first."""
+    if not fields:
+        return [], list(cases)
+    seen, first, rest = set(), [], []
+    for case in cases:
+        key = variant(case, fields)
+        (rest if key in seen else first).append(case)
+        seen.add(key)
+    return first, rest

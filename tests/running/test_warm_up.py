@@ -1,0 +1,123 @@
+"""Compile once (``running/warm_up``): the first case of each kernel variant runs before the rest, each
+alone, spread over the workers, and the rest wait until every one of them is done."""
+
+import dataclasses
+import json
+import textwrap
+
+from helpers import heads_keyed_suite
+
+from harness.backends import KERNELS
+from harness.planning.cases import CASE_FIELDS, Case, load_suite
+from harness.recording.results import ResultsWriter
+from harness.recording.summary import time_line
+from harness.running import warm_up
+from harness.running.backend_loader import load_backend
+from harness.running.runner import RunSummary, run_cases
+
+# case g/i has HEADS[i] heads; the plug-in's "compiler" keys on heads, so 4, 5 and 6 are its variants
+HEADS = [4, 5, 4, 6, 5, 4, 6, 4]
+
+PLUGIN = textwrap.dedent('''
+    import json, os, time
+    from harness.backends.torch_backend import TorchBackend
+
+    class Compiling(TorchBackend):
+        """Notes when each call starts and ends; a variant seen for the first time in this process
+        "compiles" for 0.3 s; with CRASH_HEADS set, the first call with that many heads kills its worker."""
+        name = "compiling"
+        compiled_per = ("heads",)
+        built = set()
+
+        def run(self, inputs):
+            heads = inputs.q.shape[2]
+            start = time.monotonic()
+            crash = os.environ.get("CRASH_HEADS")
+            mark = os.path.join(os.environ["NOTES_DIR"], "crashed")
+            if crash and heads == int(crash) and not os.path.exists(mark):
+                open(mark, "w").close()
+                os.kill(os.getpid(), 9)
+            if heads not in self.built:
+                time.sleep(0.3)
+                self.built.add(heads)
+            with open(os.path.join(os.environ["NOTES_DIR"], f"calls-{os.getpid()}"), "a") as f:
+                f.write(json.dumps({"heads": heads, "start": start, "end": time.monotonic()}) + "\\n")
+            return super().run(inputs)
+''')
+
+
+def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    monkeypatch.setenv("NOTES_DIR", str(notes))
+    if crash_heads is not None:
+        monkeypatch.setenv("CRASH_HEADS", str(crash_heads))
+    suite_file = tmp_path / "w.toml"
+    suite_file.write_text(heads_keyed_suite(seed=3, drafts=2, heads=HEADS))
+    plugin = tmp_path / "compiling.py"
+    plugin.write_text(PLUGIN)
+    spec = f"{plugin}:Compiling"
+    cases = load_suite(str(suite_file)).cases
+    summary = RunSummary()
+    with ResultsWriter(str(tmp_path / "r.jsonl")) as writer:
+        run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=workers,
+                  summary=summary, warm=warm)
+    calls = [json.loads(line) for p in notes.glob("calls-*") for line in p.read_text().splitlines()]
+    return summary, calls
+
+
+def test_the_first_case_of_each_variant_is_first_and_the_rest_keep_their_order():
+    cases = [Case(id=f"s/g/{i}", seed=i, heads=h) for i, h in enumerate(HEADS)]
+    first, rest = warm_up.first_of_each(cases, ("heads",))
+    assert [c.id for c in first] == ["s/g/0", "s/g/1", "s/g/3"]
+    assert [c.id for c in rest] == ["s/g/2", "s/g/4", "s/g/5", "s/g/6", "s/g/7"]
+    assert warm_up.first_of_each(cases, ()) == ([], cases)          # built ahead of time: no warm-up
+    fp8 = [dataclasses.replace(c, dtype="fp8_e4m3") for c in cases]
+    assert len(warm_up.first_of_each(cases + fp8, ("heads", "dtype"))[0]) == 6
+
+
+def test_every_kernel_names_case_fields_it_is_compiled_per():
+    for name in KERNELS:
+        fields = load_backend(name).compiled_per
+        assert set(fields) <= set(CASE_FIELDS), (name, set(fields) - set(CASE_FIELDS))
+    assert load_backend("sglang-triton").compiled_per and not load_backend("flashmla").compiled_per
+
+
+def test_no_held_back_case_starts_before_every_variant_is_built(tmp_path, monkeypatch):
+    summary, calls = _run(tmp_path, monkeypatch, workers=2)
+    assert len(summary.rows) == len(HEADS) and {r["status"] for r in summary.rows} == {"pass"}
+    warm = [r for r in summary.rows if r.get("warm_up")]
+    assert sorted(r["heads"] for r in warm) == [4, 5, 6] and summary.warm_up_cases == 3
+    first_calls = sorted(calls, key=lambda c: c["start"])[:3]
+    assert sorted(c["heads"] for c in first_calls) == [4, 5, 6]
+    held_back_start = min(c["start"] for c in sorted(calls, key=lambda c: c["start"])[3:])
+    assert held_back_start >= max(c["end"] for c in first_calls)
+    assert 0 < summary.warm_up_seconds < summary.seconds
+    assert "s of it the warm-up of 3 kernel variant(s), their kernel phase" in time_line(summary)
+
+
+def test_without_the_warm_up_no_row_says_warm_up_and_the_rows_are_the_same(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    warmed, _ = _run(tmp_path / "a", monkeypatch, workers=2)
+    cold, _ = _run(tmp_path / "b", monkeypatch, workers=2, warm=False)
+    assert not any("warm_up" in r for r in cold.rows) and cold.warm_up_cases == 0
+    assert "warm-up" not in time_line(cold)
+
+    def key(row):
+        return row["case_id"], row["status"], row["metrics"]
+    assert sorted(map(key, warmed.rows)) == sorted(map(key, cold.rows))
+
+
+def test_a_worker_lost_in_the_warm_up_costs_its_case_and_the_rest_still_run(tmp_path, monkeypatch):
+    summary, calls = _run(tmp_path, monkeypatch, workers=2, crash_heads=5)
+    status = {r["case_id"]: r["status"] for r in summary.rows}
+    assert len(status) == len(HEADS)
+    assert status["w/g/1"] == "crash"                    # the first 5-head case, run alone: charged
+    assert [status[f"w/g/{i}"] for i in range(len(HEADS)) if i != 1] == ["pass"] * (len(HEADS) - 1)
+
+
+def test_in_this_process_the_variants_run_first_too(tmp_path, monkeypatch):
+    summary, calls = _run(tmp_path, monkeypatch, workers=0)
+    assert [c["heads"] for c in calls][:3] == [4, 5, 6]
+    assert sorted(r["case_id"] for r in summary.rows if r.get("warm_up")) == ["w/g/0", "w/g/1", "w/g/3"]
