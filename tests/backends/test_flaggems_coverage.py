@@ -128,3 +128,18 @@ def test_flaggems_sparse_refuses_strided_views_quoting_its_assert():
     if source is not None:          # the quoted line, in the installed package
         text = (Path(source.origin).parent / "fused" / "flashmla_sparse.py").read_text()
         assert "assert q.is_contiguous() and kv.is_contiguous() and indices.is_contiguous()" in text
+
+
+def test_the_coverage_table_in_the_docs_counts_the_suites_as_they_are(classes):
+    """docs/kernel-backends.md's "FlagGems coverage" counts, read back: a suite that grows changes them."""
+    text = (REPO / "docs" / "kernel-backends.md").read_text().split("### FlagGems coverage", 1)[1]
+    total = sum(len(v) for v in classes.values())
+    assert f"`SUITES` ({total} cases)" in text
+    rows = [line.split("|")[1:3] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    counted = {label.split()[0].strip("`:"): int(count.split()[0]) for label, count in rows[1:]}
+    assert counted == {"runs": len(classes["runs"]), "s_q": len(classes["s_q"]), "dtype": len(classes["fp8"]),
+                       "sparse": len(classes["sparse"])}, counted
+    decode = sum(c.mode == "decode" for c in classes["runs"])
+    assert f"The {len(classes['runs'])} that run" in text and f"({decode}: the call" in text
+    sparse_modes = [sum(c.mode == m for c in classes["sparse"]) for m in ("decode", "verify")]
+    assert "The sparse cases ({} decode, {} verify)".format(*sparse_modes) in text
