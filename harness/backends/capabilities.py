@@ -7,6 +7,7 @@ the reason they give.
 import math
 from dataclasses import dataclass, fields
 
+from ..planning.case import WHOLE_Q_LAYOUTS
 from ..planning.cases import DTYPES, MODES, Case
 from ..planning.fixed_params import fixed_scale
 from ..planning.record_formats import FORMATS
@@ -34,7 +35,7 @@ class SparseSupport:
     has_lse: bool = True                # False: run_sparse returns no LSE (out alone is checked, and so recorded)
     index_format: str = "token_slots"   # page * page_size + offset, -1 invalid
     max_draft_tokens: int = 8
-    layouts: tuple | None = None        # the ``layout``s it takes (None: every one of planning.case.LAYOUTS)
+    layouts: tuple | None = None        # the ``layout``s it takes (None: every one a sparse case can have)
     engine: str = "mla-verify"
     # DeepSeek V4's second cache in the same call (docs/sparse.md): the (main, extra) format pairs it reads
     # together (None: every pair of known formats), a multiple the extra width must be, and the main formats
@@ -144,6 +145,7 @@ class Capabilities:
     d_v: tuple | None = None
     max_draft_tokens: int = 8
     non_causal: bool = True
+    layouts: tuple = WHOLE_Q_LAYOUTS    # planning.case.LAYOUTS it takes: split_q only where its API takes q apart
     lse_base: str = "e"                 # "e" or "2"; the harness converts base-2 LSE before comparing
     empty_row_lse: float = math.inf     # what the backend's LSE holds for a row with no visible key
     has_lse: bool = True                # False: the kernel returns no LSE (run() returns None for it)
@@ -158,7 +160,7 @@ class Capabilities:
     # computes at it (conventions.py); None: the case's.  A number, or a rule's name ("1/sqrt(d_qk)").
     fixed_softmax_scale: float | str | None = None
     # The kernel's own words for a limit above, quoted in its unsupported reason: ((what, quote), ...) with
-    # what one of mode, dtype, device, page_size, heads, kv_heads, d_qk, d_v, s_q, non_causal.
+    # what one of mode, dtype, device, page_size, heads, kv_heads, d_qk, d_v, s_q, non_causal, layout.
     quoted_limits: tuple = ()
     sparse: SparseSupport | None = None
 
@@ -187,6 +189,10 @@ class Capabilities:
             return "s_q", f"{case.s_q} query tokens per request; supports at most {self.max_draft_tokens}"
         if not case.causal and not self.non_causal:
             return "non_causal", "non-causal attention not supported"
+        if case.layout not in self.layouts:
+            whole = ": its API takes q as one tensor, so q's nope and rope cannot come from buffers of their own"
+            return "layout", (f"layout {case.layout} not supported (takes {', '.join(self.layouts)})"
+                              + (whole if case.layout == "split_q" else ""))
         return None
 
     def conventions(self) -> dict:

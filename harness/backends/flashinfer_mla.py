@@ -9,6 +9,12 @@ The call (flashinfer/mla/_batch_mla/_wrapper.py):
     out, lse = w.run(query=(b*s_q, h, 576), kv_cache=(pages, page_size, 576), return_lse=True,
                      ckv_scale=k_scale, kpe_scale=k_scale)   # fp8 only
 
+- Layout ``split_q``: q's nope and rope parts in buffers of their own, as SGLang 0.5.23's FlashInfer MLA
+  backend is handed them by DeepSeek's attention (``q_rope=q_pe``) and passes them on
+  (``decode_wrapper.run(q_nope, q_rope, ...)``, the deprecated separate form): here in the form FlashInfer
+  0.7.2 names for that, ``plan(..., query_layout="split")`` and ``run(query=(q_nope, q_pe), ...)``, which
+  "FA2 and FA3 also accept ... natively" (the ``run`` docstring).
+
 - Verify is ``causal=True``, bottom-right aligned (query i of a request with L keys
   sees keys 0 .. L - s_q + i), like FlashMLA's.
 - fp8: the KV is e4m3/e5m2 with a per-tensor scale and q stays bf16 (not quantised):
@@ -32,6 +38,7 @@ import torch
 from reference import descale_scalar
 
 from ..jit_cache import cache_root, point_jits_at
+from ..planning.case import LAYOUTS
 from .base import Backend, Capabilities, Feature, Unsupported
 from .optional import LazyKernel, dist_version
 
@@ -48,12 +55,12 @@ def set_jit_cache():
 class FlashInferMLABackend(LazyKernel, Backend):
     modules = ("flashinfer",)
     features = frozenset({Feature.DENSE, Feature.PREPARE, Feature.GRAPH})
-    compiled_per = ("dtype", "d_qk", "d_v")    # gen_batch_mla_module: one module per dtype pair and head dims
+    compiled_per = ("dtype", "d_qk", "d_v", "layout")    # a module per dtype pair, head dims and query layout
     packages = (("flashinfer", "flashinfer-python"),)
     install = INSTALL
     capabilities = Capabilities(
         modes=("decode", "verify"), dtypes=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"), devices=("cuda",),
-        kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8, non_causal=True,
+        kv_heads=(1,), d_qk=(576,), d_v=(512,), max_draft_tokens=8, non_causal=True, layouts=LAYOUTS,
         lse_base="2", empty_row_lse=-math.inf, has_lse=True,
         index_format="page_table", fp8_q="model_dtype", engine="flashinfer:BatchMLAPagedAttentionWrapper",
     )
@@ -98,7 +105,8 @@ class FlashInferMLABackend(LazyKernel, Backend):
         meta = MLAPlanMetadata.dense(cum_q, inputs.block_table, inputs.cache_seqlens, max_q_len=s_q)
         kwargs = dict(metadata=meta, num_heads=h, head_dim_ckv=inputs.d_v, head_dim_kpe=d - inputs.d_v,
                       page_size=inputs.kv_pool.shape[1], causal=inputs.causal, sm_scale=inputs.softmax_scale,
-                      q_data_type=q.dtype, kv_data_type=kv_dtype, lse_mode="base2")
+                      q_data_type=q.dtype, kv_data_type=kv_dtype, lse_mode="base2",
+                      query_layout="packed" if inputs.q_nope is None else "split")
         if inputs.is_fp8:
             kwargs["scale_mode"] = "kv-per-tensor"
         try:
@@ -136,7 +144,9 @@ class FlashInferMLABackend(LazyKernel, Backend):
         if inputs.is_fp8:
             k_scale = descale_scalar(inputs.descale_k)
             scale = {"ckv_scale": k_scale, "kpe_scale": k_scale}
+        query = q.reshape(b * s_q, h, d)
+        if inputs.q_nope is not None:       # split_q: views of the parts' own buffers, never copied
+            query = (inputs.q_nope.view(b * s_q, h, -1), inputs.q_rope.view(b * s_q, h, -1))
         out, lse = self.wrapper(q.device).run(
-            query=q.reshape(b * s_q, h, d), kv_cache=pool.reshape(pool.shape[0], pool.shape[1], d),
-            return_lse=True, **scale)
+            query=query, kv_cache=pool.reshape(pool.shape[0], pool.shape[1], d), return_lse=True, **scale)
         return out.reshape(b, s_q, h, -1), lse.reshape(b, s_q, h).transpose(1, 2)

@@ -14,13 +14,14 @@ import torch
 from reference import dequantize_fp8, descale_scalar, is_fp8, merge_attention
 
 from ..building.pool import pages_for
-from .base import Backend, Capabilities, Feature
+from ..planning.case import LAYOUTS
+from .base import Backend, Capabilities, Feature, Unsupported
 from .torch_sparse import SPARSE_SUPPORT, TorchSparse
 
 
 class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the sparse scenario's path
     name = "torch"
-    capabilities = Capabilities(sparse=SPARSE_SUPPORT)
+    capabilities = Capabilities(sparse=SPARSE_SUPPORT, layouts=LAYOUTS)
     features = frozenset({Feature.DENSE, Feature.SPARSE})
     packages = (("torch", "torch"),)
     install = "make setup"
@@ -39,7 +40,17 @@ class TorchBackend(TorchSparse, Backend):   # TorchSparse: run_sparse, the spars
         return inputs.cache_seqlens.long()
 
     def load_q(self, inputs) -> torch.Tensor:
-        return self.read(inputs.q, inputs.descale_q)
+        return self.read(self.whole_q(inputs), inputs.descale_q)
+
+    def whole_q(self, inputs) -> torch.Tensor:
+        """q as one tensor; in layout ``split_q``, its two parts joined.  Those are the model's query, and an
+        fp8 case's q reaches this kernel quantised whole (``fp8_q``), so that pair is refused."""
+        if inputs.q_nope is None:
+            return inputs.q
+        if inputs.is_fp8:
+            raise Unsupported("layout split_q with fp8: this kernel takes q quantised whole with K's scale "
+                              "(fp8_q quantized_k_scale), and split_q's parts are the model-precision query")
+        return torch.cat([inputs.q_nope, inputs.q_rope], dim=-1)
 
     def read(self, x, descale) -> torch.Tensor:
         if is_fp8(x.dtype):

@@ -107,6 +107,7 @@ def footprint(case: Case) -> dict[str, int]:
         "inputs": sum(cache) * token * (4 + model + (4 + fp8 if fp8 else 0))
         + values.working_bytes(case, case.batch_size * case.s_q, max(cache, default=0), q_elements, sum(cache) * token),
         "layout": layout_bytes(cache, case.page_size),
-        "q": q_elements * model + layouts.relaid_bytes(case, q_shape, model) * (2 if fp8 else 1),
+        "q": q_elements * model + layouts.relaid_bytes(case, q_shape, model) * (2 if fp8 else 1)
+        + layouts.split_q_bytes(case, q_shape, model),
         "outputs": case.batch_size * case.s_q * case.heads * case.d_v * 8 * 2,
     }

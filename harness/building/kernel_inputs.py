@@ -72,6 +72,10 @@ class Inputs:
     #                                   by the launch: a backend may write its out there or return its own
     notes: tuple = ()                 # lines for the row where the engine's writer, not the kernel, made these
     #                                   inputs unusual (``input_notes``)
+    # layout split_q: the model-precision query (``q_model`` for fp8, else ``q``) in two parts as DeepSeek's
+    # attention hands them to a kernel that takes q apart (``layouts.split_q``); None in every other layout
+    q_nope: torch.Tensor | None = None  # (b, s_q, h_q, d_v)
+    q_rope: torch.Tensor | None = None  # (b, s_q, h_q, d_qk - d_v)
 
     @property
     def device(self) -> torch.device:

@@ -7,6 +7,9 @@
   fixes them): its pages are one more and each ``STRIDED_SLACK`` bytes longer, so its page stride grows.
 - ``offset``: each at a storage offset of ``OFFSET_BYTES`` into a buffer with as much slack after it, as
   an engine's arena hands tensors out.
+- ``split_q``: the tensors as built, and beside them q's two parts as DeepSeek's attention hands them to a
+  kernel that takes q apart (``split_q``); a kernel that takes q whole is not given this layout
+  (``Capabilities.layouts``).
 
 Relaid are the tensors a kernel reads (``DENSE_READ``, ``SPARSE_READ``); the fp8 model-precision pool, read
 by the end-to-end oracle only, stays.  The slack is poison: NaN in float buffers, 0xFF bytes around the
@@ -62,6 +65,21 @@ def offset(t: torch.Tensor) -> torch.Tensor:
 
 
 MOVES = {"strided": strided, "offset": offset}
+# DeepSeek's q projection gives each head qk_nope_head_dim (128) + qk_rope_head_dim (64) values: rope is split
+# off as a view of it (SGLang 0.5.23, ``forward_mla``: ``q.split([qk_nope_head_dim, qk_rope_head_dim], dim=-1)``)
+PROJECTED_NOPE = 128
+
+
+def split_q(q: torch.Tensor, d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q``'s nope and rope parts where DeepSeek's attention has them when it calls the kernel (SGLang
+    0.5.23's ``forward_mla`` passes ``q_nope_out`` and ``q_rope=q_pe`` to the FlashInfer and DSA backends):
+    nope is the absorbed ``torch.bmm(q_nope.transpose(0, 1), w_kc).transpose(0, 1)``, so its heads lie
+    outermost, a token's heads ``tokens * d_v`` apart; rope is the last values of each head's projected row,
+    ``PROJECTED_NOPE`` of poison before it.  Each part is a view of a poisoned buffer of its own."""
+    b, s_q, h, d = q.shape
+    nope = _poisoned((h, b * s_q, d_v), q).transpose(0, 1).view(b, s_q, h, d_v)
+    rope = _poisoned((b, s_q, h, PROJECTED_NOPE + d - d_v), q)[..., PROJECTED_NOPE:]
+    return nope.copy_(q[..., :d_v]), rope.copy_(q[..., d_v:])
 
 
 def _records(pool: torch.Tensor, layout: str) -> torch.Tensor:
@@ -82,6 +100,9 @@ def relaid(case: Case, inputs: Inputs) -> Inputs:
     the table and lengths describe the relaid tensors (their values are the same)."""
     if case.layout == "contiguous":
         return inputs
+    if case.layout == "split_q":
+        nope, rope = split_q(inputs.q if inputs.q_model is None else inputs.q_model, inputs.d_v)
+        return dataclasses.replace(inputs, q_nope=nope, q_rope=rope)
     move = MOVES[case.layout]
     changed = {name: move(t) for name in DENSE_READ if (t := getattr(inputs, name)) is not None}
     out = dataclasses.replace(inputs, **changed)
@@ -105,8 +126,16 @@ def relaid_sparse(case: Case, scase: SparseCase) -> SparseCase:
 
 def relaid_bytes(case: Case, shape: tuple, element_size: int) -> int:
     """The bytes of one tensor's relaid copy in the case's layout (0 for ``contiguous``): the size estimate's."""
-    if case.layout == "contiguous":
+    if case.layout in ("contiguous", "split_q"):       # split_q leaves every tensor as built (``split_q_bytes``)
         return 0
     if case.layout == "offset":
         return math.prod(shape) * element_size + 2 * OFFSET_BYTES
     return math.prod(n + (STRIDED_SLACK if i == len(shape) - 1 else 1) for i, n in enumerate(shape)) * element_size
+
+
+def split_q_bytes(case: Case, q_shape: tuple, element_size: int) -> int:
+    """The bytes of q's two parts' buffers (``split_q``) beside q, for ``split_q``; else 0."""
+    if case.layout != "split_q":
+        return 0
+    b, s_q, h, d = q_shape
+    return b * s_q * h * (d + PROJECTED_NOPE) * element_size

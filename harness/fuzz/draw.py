@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..planning.case import Case
-from ..planning.case_checks import pages_needed, validate_case
+from ..planning.case_checks import layout_scenarios, pages_needed, validate_case
 from . import space
 from .space import Bounds
 
@@ -56,6 +56,8 @@ def input_fields(rng: np.random.Generator, scenario: str) -> dict:
     """q's and the KV's values and the tensors' layout, each where the scenario builds what it shapes."""
     choices = {"q_values": space.VALUE_CHOICES, "kv_values": space.VALUE_CHOICES, "layout": space.LAYOUT_CHOICES}
     drawn = {key: pick(rng, options) for key, options in choices.items()}
+    if scenario not in layout_scenarios(drawn["layout"]):      # split_q, drawn for a sparse case
+        drawn["layout"] = "contiguous"
     return {key: value for key, value in drawn.items() if scenario in space.INPUT_SCENARIOS[key]}
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from ..planning.case import (
     DEEPSEEK_SOFTMAX_SCALE,
     INDEX_PATTERNS,
-    LAYOUTS,
     LENGTHS,
     PADDINGS,
     SINKS,
@@ -88,5 +87,6 @@ class Bounds:
 # values and whole tensors most, each other distribution and layout now and then; in the scenarios that build
 # the inputs they shape (``case_checks``)
 VALUE_CHOICES = tuple((v, 12 if v == "normal" else 1) for v in VALUES)
-LAYOUT_CHOICES = tuple((v, 10 if v == "contiguous" else 1) for v in LAYOUTS)
+# split_q takes its share from contiguous's, so strided and offset keep the draws they had before it
+LAYOUT_CHOICES = (("contiguous", 9), ("split_q", 1), ("strided", 1), ("offset", 1))
 INPUT_SCENARIOS = {"q_values": VALUES_SCENARIOS, "kv_values": VALUES_SCENARIOS, "layout": LAYOUT_SCENARIOS}

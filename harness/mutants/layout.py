@@ -74,8 +74,22 @@ class PageId16Bit(TorchBackend):
         caught_by=("out.nonfinite", "lse.nonfinite", "out.element", "lse.element"))
 class ContiguousQ(TorchBackend):
     def load_q(self, inputs):
-        q = inputs.q
-        strides = [1]
-        for n in reversed(q.shape[1:]):
-            strides.insert(0, strides[0] * n)
-        return self.read(torch.as_strided(q, q.shape, strides, q.storage_offset()), inputs.descale_q)
+        return self.read(packed(inputs.q), inputs.descale_q)
+
+
+def packed(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s storage read from its start with the contiguous strides of its shape."""
+    strides = [1]
+    for n in reversed(t.shape[1:]):
+        strides.insert(0, strides[0] * n)
+    return torch.as_strided(t, t.shape, strides, t.storage_offset())
+
+
+@mutant("split_q_packed", "q's nope and rope parts read as if each were packed: nope, whose heads lie outermost "
+        "(the absorbed bmm's output), read token-major, and rope read past its rows' 128 projected nope values",
+        caught_by=("out.nonfinite", "lse.nonfinite", "out.element", "lse.element"))
+class SplitQPacked(TorchBackend):
+    def whole_q(self, inputs):
+        if inputs.q_nope is None:
+            return super().whole_q(inputs)
+        return torch.cat([packed(inputs.q_nope), packed(inputs.q_rope)], dim=-1)

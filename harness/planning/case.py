@@ -123,5 +123,7 @@ LENGTHS = ("none", "random", "listed", "listed_min1")
 # bf16's and e4m3's subnormal ranges; "signed_zero" zeros of both signs mixed in
 VALUES = ("normal", "latent", "large", "peaked", "flat", "zero_tiles", "tiny", "signed_zero")
 # how the tensors a kernel reads lie in memory (``building.layouts``): whole allocations, views into larger
-# buffers (every dim one larger, the last 128 larger), or views at a non-zero storage offset
-LAYOUTS = ("contiguous", "strided", "offset")
+# buffers (every dim one larger, the last 128 larger), views at a non-zero storage offset, or q's nope and
+# rope parts in buffers of their own, as DeepSeek's attention hands them to a kernel that takes them apart
+LAYOUTS = ("contiguous", "strided", "offset", "split_q")
+WHOLE_Q_LAYOUTS = ("contiguous", "strided", "offset")      # those a kernel taking q as one tensor can be given

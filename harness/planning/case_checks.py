@@ -149,12 +149,18 @@ def _validate_extra_seqlen(case: Case, bad):
 # graph builds its own buffers)
 VALUES_SCENARIOS = ("call", "determinism", "batch_invariance", "padding", "sparse")
 LAYOUT_SCENARIOS = ("call", "determinism", "batch_invariance", "sparse")
+SPLIT_Q_SCENARIOS = ("call", "determinism", "batch_invariance")      # the sparse inputs take q whole
+
+
+def layout_scenarios(layout: str) -> tuple:
+    """The scenarios that hand the kernel ``layout``'s tensors."""
+    return SPLIT_Q_SCENARIOS if layout == "split_q" else LAYOUT_SCENARIOS
 
 
 def _validate_input_fields(case: Case, bad):
     """``q_values``, ``kv_values`` and ``layout``: known names, in scenarios that build the inputs they shape."""
     for key, known, scenarios in (("q_values", VALUES, VALUES_SCENARIOS), ("kv_values", VALUES, VALUES_SCENARIOS),
-                                  ("layout", LAYOUTS, LAYOUT_SCENARIOS)):
+                                  ("layout", LAYOUTS, layout_scenarios(case.layout))):
         _one_of(case, bad, key, known, key.replace("_", " "))
         if getattr(case, key) != CASE_DEFAULTS[key] and case.scenario not in scenarios:
             bad(key, f"'{getattr(case, key)}' applies to the scenarios {', '.join(scenarios)} "

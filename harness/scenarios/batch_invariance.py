@@ -14,11 +14,11 @@ def request_alone(inputs, r: int):
     """Request ``r`` as a batch of one, over the same pool."""
     one = lambda t: t[r:r + 1]   # noqa: E731
     n_pages = max(1, pages_for(int(inputs.cache_seqlens[r]), inputs.page_size))
+    optional = {name: one(t) for name in ("q_model", "q_nope", "q_rope") if (t := getattr(inputs, name)) is not None}
     return dataclasses.replace(
         inputs, q=one(inputs.q), block_table=one(inputs.block_table)[:, :n_pages].contiguous(),
         cache_seqlens=one(inputs.cache_seqlens), seq_lens=one(inputs.seq_lens),
-        req_pool_indices=one(inputs.req_pool_indices),
-        q_model=None if inputs.q_model is None else one(inputs.q_model))
+        req_pool_indices=one(inputs.req_pool_indices), **optional)
 
 
 def run(case, backend, device, waits: bool = True):

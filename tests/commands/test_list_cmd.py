@@ -154,14 +154,14 @@ def test_an_unknown_key_is_shown_as_key_and_value(tmp_path):
 
         class MoreCapabilities(Capabilities):
             def describe(self):
-                return {**super().describe(), "max_pages": 4096, "layouts": ["nhd"]}
+                return {**super().describe(), "max_pages": 4096, "kv_order": ["nhd"]}
 
         class Wider(TorchBackend):
             name = "wider"
             capabilities = MoreCapabilities()
     """)
     out = listed("--backend", f"{plugin}:Wider")
-    assert rows(out, "other") == ['max_pages: 4096; layouts: ["nhd"]']
+    assert rows(out, "other") == ['max_pages: 4096; kv_order: ["nhd"]']
 
 
 def test_a_value_of_an_unexpected_type_is_shown_not_raised():
