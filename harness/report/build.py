@@ -147,10 +147,12 @@ def timing(df: pd.DataFrame) -> dict:
     else:
         stamped = df
     wall = float(stamped["finished_at"].max() - stamped["started_at"].min()) if len(stamped) else math.nan
+    warm = df["kernel_ms"][df["warm_up"]].dropna() if len(df) and "warm_up" in df else pd.Series(dtype=float)
     return {
         "cases": len(df), "summed_s": summed, "wall_s": wall, "stamped": len(stamped),
         "cases_per_second": len(df) / wall if wall > 0 else math.nan,
         "kernel_s": float(kernel.sum()) / 1e3, "kernel_median_ms": float(kernel.median()) if len(kernel) else math.nan,
+        "warm_up_cases": len(warm), "warm_up_kernel_s": float(warm.sum()) / 1e3,
     }
 
 

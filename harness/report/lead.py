@@ -36,9 +36,11 @@ def times(data) -> str:
     else:
         wall = "wall clock: not recorded (the rows carry no finish time, <code>finished_at</code>)"
     med = f", median {t['kernel_median_ms']:.3g} ms a call" if not math.isnan(t["kernel_median_ms"]) else ""
+    warm = (f' ({t["warm_up_kernel_s"]:.3g} s of it in the warm-up: the first case of each of '
+            f'{t["warm_up_cases"]:,} kernel variants, which built them)' if t.get("warm_up_cases") else "")
     return (f'<p class="times" id="runtime">{wall} · <b>{seconds(t["summed_s"])}</b> summed case time '
             f'(each case\'s wall_s added up: cases on parallel workers overlap, start-up is not counted) · '
-            f'kernel {t["kernel_s"]:.3g} s summed{med}</p>')
+            f'kernel {t["kernel_s"]:.3g} s summed{med}{warm}</p>')
 
 
 def no_kernel(data) -> str:

@@ -69,6 +69,7 @@ def lean(row: dict) -> dict:
         "page_size": row.get("page_size"), "max_seqlen": max_seqlen(row),
         "reason": row.get("reason") or "", "rerun": row.get("rerun") or "",
         "wall_s": float_or_nan(row.get("wall_s")), "kernel_ms": float_or_nan(row.get("kernel_ms")),
+        "warm_up": bool(row.get("warm_up")),      # a kernel variant's first case: its kernel time holds the build
         "has_diag": bool(row.get("diagnostics")), "cannot_hold": bool(row.get("cannot_hold")),
         "fixed": "; ".join(describe_fixed(row.get("fixed_by_kernel"))),     # parameters the kernel fixes
         # when the case started and ended (Unix seconds), where the row records it

@@ -151,6 +151,22 @@ def test_wall_clock_and_summed_time_each_have_their_label(files):
     assert f"<b>{seconds(sum(r['wall_s'] for r in rows))}</b> summed case time" in text
 
 
+def test_the_warm_ups_kernel_time_is_given_apart(files):
+    """Rows a run's warm-up ran first (``running/warm_up``) carry ``warm_up``: their kernel time, which holds
+    each variant's build, is named beside the summed kernel time; a report without them says nothing of it."""
+    d, reports = files
+    path, html, _ = reports["cpu"]
+    assert "warm-up" not in html
+    rows = read_rows(path)
+    marked = [dict(r, warm_up=True, kernel_ms=1500.0) if i < 3 else r for i, r in enumerate(rows)]
+    f = d / "warmed.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in marked))
+    out, data = write_report([f], d / "warmed.html")
+    assert data.timing["warm_up_cases"] == 3 and data.timing["warm_up_kernel_s"] == pytest.approx(4.5)
+    assert ("(4.5 s of it in the warm-up: the first case of each of 3 kernel variants, which built them)"
+            in out.read_text(encoding="utf-8"))
+
+
 def test_the_wall_clock_is_read_from_finish_stamps_and_case_times(files):
     """A row that records when it finished (``finished_at``) started its ``wall_s`` before."""
     d, reports = files
