@@ -144,7 +144,7 @@ def test_a_killed_worker_takes_the_compiler_it_started_with_it(tmp_path):
     with open(tmp_path / "console", "w") as console:     # a file, not a pipe a leftover child would hold open
         proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--suite", str(tmp_path / "s.toml"),
                                "--case", "s/g/0", "--backend", f"{tmp_path / 'building.py'}:Building", "--out",
-                               str(tmp_path / "r.jsonl"), "--workers", "1", "--timeout", "3", "--no-progress",
+                               str(tmp_path / "r.jsonl"), "--workers", "1", "--timeout", "1", "--no-progress",
                                "--device", "cpu"], cwd=REPO, stdout=console, stderr=console, timeout=300,
                               env={**os.environ, "CHILD_PID_FILE": str(pid_file)})
     assert proc.returncode == 1 and json.loads((tmp_path / "r.jsonl").read_text())["status"] == "timeout"

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import textwrap
 
+import pytest
 from helpers import heads_keyed_suite
 
 from harness.backends import KERNELS
@@ -48,7 +49,7 @@ PLUGIN = textwrap.dedent('''
 
 def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None):
     notes = tmp_path / "notes"
-    notes.mkdir()
+    notes.mkdir(parents=True)
     monkeypatch.setenv("NOTES_DIR", str(notes))
     if crash_heads is not None:
         monkeypatch.setenv("CRASH_HEADS", str(crash_heads))
@@ -83,8 +84,15 @@ def test_every_kernel_names_case_fields_it_is_compiled_per():
     assert load_backend("sglang-triton").compiled_per and not load_backend("flashmla").compiled_per
 
 
-def test_no_held_back_case_starts_before_every_variant_is_built(tmp_path, monkeypatch):
-    summary, calls = _run(tmp_path, monkeypatch, workers=2)
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    """A warm-up run over two workers: its summary and every call's notes."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return _run(tmp_path_factory.mktemp("warmed"), monkeypatch, workers=2)
+
+
+def test_no_held_back_case_starts_before_every_variant_is_built(warmed):
+    summary, calls = warmed
     assert len(summary.rows) == len(HEADS) and {r["status"] for r in summary.rows} == {"pass"}
     warm = [r for r in summary.rows if r.get("warm_up")]
     assert sorted(r["heads"] for r in warm) == [4, 5, 6] and summary.warm_up_cases == 3
@@ -96,11 +104,9 @@ def test_no_held_back_case_starts_before_every_variant_is_built(tmp_path, monkey
     assert "s of it the warm-up of 3 kernel variant(s), their kernel phase" in time_line(summary)
 
 
-def test_without_the_warm_up_no_row_says_warm_up_and_the_rows_are_the_same(tmp_path, monkeypatch):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    warmed, _ = _run(tmp_path / "a", monkeypatch, workers=2)
-    cold, _ = _run(tmp_path / "b", monkeypatch, workers=2, warm=False)
+def test_without_the_warm_up_no_row_says_warm_up_and_the_rows_are_the_same(warmed, tmp_path, monkeypatch):
+    warmed, _ = warmed
+    cold, _ = _run(tmp_path, monkeypatch, workers=2, warm=False)
     assert not any("warm_up" in r for r in cold.rows) and cold.warm_up_cases == 0
     assert "warm-up" not in time_line(cold)
 
