@@ -188,3 +188,36 @@ def serve_here(messages) -> list:
     while parent.poll():
         answers.append(parent.recv())
     return answers
+
+
+# A kernel whose first call starts a stand-in compiler (``sleep``, which inherits the worker's ignored SIGINT,
+# as a JIT's ptxas or nvcc does), writes its pid to $CHILD_PID_FILE, and waits for it as a call waits for its build
+BUILDING_PLUGIN = textwrap.dedent('''
+    import os, subprocess, time
+    from harness.backends.torch_backend import TorchBackend
+
+    class Building(TorchBackend):
+        name = "building"
+
+        def run(self, inputs):
+            child = subprocess.Popen(["sleep", "300"])
+            with open(os.environ["CHILD_PID_FILE"], "w") as f:
+                f.write(str(child.pid))
+            time.sleep(300)
+''')
+
+
+def process_gone(pid: int, wait_s: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone (or only its zombie is left) within ``wait_s``."""
+    import time
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)

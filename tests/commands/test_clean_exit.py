@@ -11,11 +11,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, heads_keyed_suite, run_cli
+from helpers import BUILDING_PLUGIN, REPO, heads_keyed_suite, process_gone, run_cli
 
 SUITE = heads_keyed_suite(seed=3, drafts=2, heads=[4, 5, 6])   # case g/1 has 5 heads: the plug-in keys on it
 
@@ -114,31 +113,11 @@ def test_a_worker_that_dies_while_it_starts_says_why_in_one_line(tmp_path):
         "worker failed to start (worker exited with code 3): the driver library is missing here"), err
 
 
-def _gone(pid: int) -> bool:
-    """No such process, or only its zombie, waiting for a reaper that is not its old parent."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's state in /proc (Linux)")
 def test_a_killed_worker_takes_the_compiler_it_started_with_it(tmp_path):
     """A JIT's compiler (here a stand-in, ``sleep``) ignores SIGINT as its worker does; killed with the
     worker's process group, it does not compile on for a run that is over."""
-    (tmp_path / "building.py").write_text(textwrap.dedent('''
-        import os, subprocess, time
-        from harness.backends.torch_backend import TorchBackend
-
-        class Building(TorchBackend):
-            name = "building"
-
-            def run(self, inputs):
-                child = subprocess.Popen(["sleep", "300"])
-                with open(os.environ["CHILD_PID_FILE"], "w") as f:
-                    f.write(str(child.pid))
-                time.sleep(300)            # the build the run's timeout ends
-    '''))
+    (tmp_path / "building.py").write_text(BUILDING_PLUGIN)
     pid_file = tmp_path / "child.pid"
     (tmp_path / "s.toml").write_text(SUITE)
     with open(tmp_path / "console", "w") as console:     # a file, not a pipe a leftover child would hold open
@@ -149,7 +128,4 @@ def test_a_killed_worker_takes_the_compiler_it_started_with_it(tmp_path):
                               env={**os.environ, "CHILD_PID_FILE": str(pid_file)})
     assert proc.returncode == 1 and json.loads((tmp_path / "r.jsonl").read_text())["status"] == "timeout"
     child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while not _gone(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _gone(child), f"the worker's child {child} outlived the run"
+    assert process_gone(child), f"the worker's child {child} outlived the run"

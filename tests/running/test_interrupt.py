@@ -1,7 +1,8 @@
 """Ctrl-C: the run stops, the rows written so far stay, and the user sees one line and exit 130.
 
-A terminal sends SIGINT to every process of the foreground group, the workers included; the
-subprocess runs below are started in a session of their own and interrupted the same way.
+A terminal sends SIGINT to every process of its foreground group: the run, and a worker still starting (a
+started worker leads a group of its own, and the run stops it with whatever it started); the subprocess
+runs below are started in a session of their own and interrupted the same way.
 """
 
 import json
@@ -13,7 +14,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import REPO
+from helpers import BUILDING_PLUGIN, REPO, process_gone
 
 from harness.recording.status import EXIT_INTERRUPTED
 from harness.running import worker_pool
@@ -58,6 +59,25 @@ def as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def interrupted_run(args: list, ready, **env) -> tuple[int, str]:
+    """``mla-verify run ARGS --no-progress`` in a session of its own, interrupted as a terminal does (SIGINT to
+    its foreground group) once ``ready()``: its exit code and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args, "--no-progress"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal, env={**os.environ, **env})
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err
+
+
 def rows_written(path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
@@ -67,26 +87,27 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
     plugin = tmp_path / "slow.py"
     plugin.write_text(SLOW)
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--suite", "smoke", "--backend",
-                             f"{plugin}:Slow", "--out", str(out), "--workers", workers, "--chunk", "1",
-                             "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, preexec_fn=as_from_a_terminal)
-    try:
-        deadline = time.monotonic() + 120
-        while rows_written(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        os.killpg(proc.pid, signal.SIGINT)          # as a terminal does: the whole group
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    code, err = interrupted_run(["--suite", "smoke", "--backend", f"{plugin}:Slow", "--out", str(out),
+                                 "--workers", workers, "--chunk", "1"], lambda: rows_written(out) >= 2)
+    assert code == EXIT_INTERRUPTED, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.splitlines()[-1] == "mla-verify: interrupted; rows written so far are in the results file"
     assert len(err.splitlines()) <= 3, err
     rows = [json.loads(line) for line in out.read_text().splitlines()]    # every line whole
     assert len(rows) >= 2 and {r["status"] for r in rows} == {"pass"}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's state in /proc (Linux)")
+def test_ctrl_c_while_a_kernel_builds_leaves_no_compiler_behind(tmp_path):
+    plugin, pid_file = tmp_path / "building.py", tmp_path / "child.pid"
+    plugin.write_text(BUILDING_PLUGIN)
+    code, _ = interrupted_run(["--suite", "smoke", "--case", "smoke/decode-bf16/0", "--backend",
+                               f"{plugin}:Building", "--out", str(tmp_path / "r.jsonl"), "--workers", "1",
+                               "--device", "cpu"], lambda: pid_file.exists() and pid_file.read_text(),
+                              CHILD_PID_FILE=str(pid_file))
+    child = int(pid_file.read_text())
+    assert code == EXIT_INTERRUPTED
+    assert process_gone(child), f"the compiler {child} outlived the interrupted run"
 
 
 @pytest.mark.parametrize("workers", ["0", "1"])
