@@ -17,7 +17,8 @@ from collections import Counter
 
 from harness.recording.results import read_rows
 
-TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at", "commit"}
+# how long and when, not what: a row the warm-up ran first (``warm_up``) is the same row run later
+TIMINGS = {"wall_s", "kernel_ms", "reference_ms", "phase_ms", "finished_at", "commit", "warm_up"}
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("a")
 parser.add_argument("b")

@@ -170,7 +170,7 @@ def example_rows() -> list[dict]:
 
 def test_same_rows_sees_no_difference_in_timings_and_names_a_changed_metric(tmp_path):
     rows = example_rows()
-    retimed = [dict(r, wall_s=r.get("wall_s", 0) + 1.0, kernel_ms=123.0) for r in rows]
+    retimed = [dict(r, wall_s=r.get("wall_s", 0) + 1.0, kernel_ms=123.0, warm_up=i == 0) for i, r in enumerate(rows)]
     a, b = rows_file(tmp_path / "a.jsonl", rows), rows_file(tmp_path / "b.jsonl", retimed)
     proc = run([sys.executable, str(SCRIPTS / "gpu/same_rows.py"), str(a), str(b)])
     assert proc.returncode == 0 and "3 and 3 rows; 0 difference(s)" in proc.stdout, proc.stdout + proc.stderr
