@@ -29,7 +29,7 @@ from .memory_gate import MemoryGate
 from .worker import State, Worker
 from .worker_output import attach
 from .worker_pool import WorkerPool
-from .worker_process import worker_job
+from .worker_process import kill_worker, worker_job
 
 __all__ = ["MemoryGate", "hand_out", "run_isolated"]
 
@@ -183,6 +183,7 @@ class _Run:
             self.take(w, kind, payload)
             dead = kind == "died"
         if dead:
+            kill_worker(w.proc)      # before it is reaped: what it started dies with it (``kill_worker``)
             w.proc.join(timeout=5)
             if w.state is State.STARTING:
                 last = [line for line in w.said().splitlines() if line.strip()][-1:]

@@ -198,7 +198,7 @@ class WorkerPool:
 
     def release(self):
         """Every worker this pool started gone (one still alive, which none should be by now, is killed, and
-        so is what a dead one left running, a compiler it had started): the named resources each left
+        so is what an unreaped one left running, a compiler it had started): the named resources each left
         registered are unlinked, and their files removed."""
         for spare in self.started:
             kill_worker(spare.proc)

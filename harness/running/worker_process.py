@@ -33,11 +33,22 @@ def lead_own_group():
 
 
 def kill_worker(proc):
-    """SIGKILL to worker ``proc`` and whatever it started.  Before it leads its group there is none of that
-    id, and the worker alone is killed."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    """SIGKILL to worker ``proc`` and whatever it started.  Its group only while the worker is not yet waited
+    for (alive, or dead and unreaped): till then its number is its own, after it may lead another's group.
+    Before it leads its group there is none of that id, and the worker alone is killed."""
+    if _unreaped(proc):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     proc.kill()
+
+
+def _unreaped(proc) -> bool:
+    """Whether child ``proc`` has not been waited for: asked without reaping it (``WNOWAIT``)."""
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _context_lost(device):
