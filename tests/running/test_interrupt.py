@@ -1,4 +1,5 @@
-"""Ctrl-C: the run stops, the rows written so far stay, and the user sees one line and exit 130.
+"""Ctrl-C (or SIGTERM, SIGHUP): the run stops, the rows written so far stay, and the user sees one line and
+exit 130.
 
 A terminal sends SIGINT to every process of its foreground group: the run, and a worker still starting (a
 started worker leads a group of its own, and the run stops it with whatever it started); the subprocess
@@ -59,9 +60,9 @@ def as_from_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interrupted_run(args: list, ready, **env) -> tuple[int, str]:
-    """``mla-verify run ARGS --no-progress`` in a session of its own, interrupted as a terminal does (SIGINT to
-    its foreground group) once ``ready()``: its exit code and stderr."""
+def interrupted_run(args: list, ready, signum=signal.SIGINT, **env) -> tuple[int, str]:
+    """``mla-verify run ARGS --no-progress`` in a session of its own, sent ``signum`` once ``ready()`` as a
+    terminal sends SIGINT (and ``timeout`` SIGTERM): to its process group.  Its exit code and stderr."""
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args, "--no-progress"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=as_from_a_terminal, env={**os.environ, **env})
@@ -70,7 +71,7 @@ def interrupted_run(args: list, ready, **env) -> tuple[int, str]:
         while not ready() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the run ended before it could be interrupted"
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -98,15 +99,16 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's state in /proc (Linux)")
-def test_ctrl_c_while_a_kernel_builds_leaves_no_compiler_behind(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_or_a_kill_while_a_kernel_builds_leaves_no_compiler_behind(tmp_path, signum):
     plugin, pid_file = tmp_path / "building.py", tmp_path / "child.pid"
     plugin.write_text(BUILDING_PLUGIN)
     code, _ = interrupted_run(["--suite", "smoke", "--case", "smoke/decode-bf16/0", "--backend",
                                f"{plugin}:Building", "--out", str(tmp_path / "r.jsonl"), "--workers", "1",
-                               "--device", "cpu"], lambda: pid_file.exists() and pid_file.read_text(),
+                               "--device", "cpu"], lambda: pid_file.exists() and pid_file.read_text(), signum,
                               CHILD_PID_FILE=str(pid_file))
     child = int(pid_file.read_text())
-    assert code == EXIT_INTERRUPTED
+    assert code == EXIT_INTERRUPTED, signum
     assert process_gone(child), f"the compiler {child} outlived the interrupted run"
 
 
