@@ -128,6 +128,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
                                            run_chunk, workers=workers, timeout_s=timeout_s,
                                            stop=lambda: rec.breaker.tripped, sets=sets, pool=pool,
                                            later=chunks if first else (), on_release=rec.warmed)
+        rec.warmed()          # where every case was a variant's first, nothing was held back to release
     else:
         never_run = _run_here(first, rec, sets[0])
         rec.warmed()
@@ -151,6 +152,7 @@ class _Recorder:
         self.not_passed = 0
         self.started = time.perf_counter()
         self.warm_ids = set()         # the first case of each kernel variant (``warm_up``), while they run
+        self.warm_done = False
 
     def warming(self, cases):
         """The first cases of each variant run now, alone: the bar says so until ``warmed``."""
@@ -159,7 +161,8 @@ class _Recorder:
 
     def warmed(self):
         """Every variant's first case is done: the warm-up's wall time is the summary's, the rest fan out."""
-        if self.warm_ids:
+        if self.warm_ids and not self.warm_done:
+            self.warm_done = True
             self.summary.warm_up_seconds += time.perf_counter() - self.started
             self.summary.warm_up_cases += len(self.warm_ids)
             self.bar.set_description_str(self.backend.name)

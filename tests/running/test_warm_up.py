@@ -47,14 +47,14 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None):
+def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS):
     notes = tmp_path / "notes"
     notes.mkdir(parents=True)
     monkeypatch.setenv("NOTES_DIR", str(notes))
     if crash_heads is not None:
         monkeypatch.setenv("CRASH_HEADS", str(crash_heads))
     suite_file = tmp_path / "w.toml"
-    suite_file.write_text(heads_keyed_suite(seed=3, drafts=2, heads=HEADS))
+    suite_file.write_text(heads_keyed_suite(seed=3, drafts=2, heads=heads))
     plugin = tmp_path / "compiling.py"
     plugin.write_text(PLUGIN)
     spec = f"{plugin}:Compiling"
@@ -127,3 +127,9 @@ def test_in_this_process_the_variants_run_first_too(tmp_path, monkeypatch):
     summary, calls = _run(tmp_path, monkeypatch, workers=0)
     assert [c["heads"] for c in calls][:3] == [4, 5, 6]
     assert sorted(r["case_id"] for r in summary.rows if r.get("warm_up")) == ["w/g/0", "w/g/1", "w/g/3"]
+
+
+def test_a_run_whose_every_case_is_a_first_is_all_warm_up(tmp_path, monkeypatch):
+    summary, _ = _run(tmp_path, monkeypatch, workers=2, heads=[4, 5, 6])
+    assert [r.get("warm_up") for r in summary.rows] == [True] * 3
+    assert summary.warm_up_cases == 3 and 0 < summary.warm_up_seconds <= summary.seconds
