@@ -16,7 +16,8 @@ from harness.fuzz.shrink import shrink
 from harness.fuzz.signature import signature
 from harness.fuzz.space import Bounds
 from harness.mutants import MUTANTS, names
-from harness.running.runner import run_case
+from harness.running.chunk import run_chunk
+from harness.running.runner import precheck, run_case
 
 SEED, BOUNDS, BUDGET = 1, Bounds(max_context=512), 64
 NOT_RUN = ("pass", "unsupported")
@@ -51,6 +52,21 @@ def run_as(name: str):
     return backend, lambda case: run_case(case, backend, f"mutant:{name}", "cpu")
 
 
+def rerun_as(name: str):
+    """Shrink candidates run as a campaign runs them: the ones the backend takes in one chunk (their oracles
+    in one pass), the ones it refuses alone, rows in the candidates' order."""
+    backend, run = run_as(name)
+
+    def rerun(cases):
+        taken = [i for i, c in enumerate(cases) if precheck(c, backend, "cpu") is None]
+        rows = [None] * len(cases)
+        chunk_rows = run_chunk([cases[i] for i in taken], backend, f"mutant:{name}", "cpu") if taken else []
+        for i, row in zip(taken, chunk_rows):
+            rows[i] = row
+        return [row if row is not None else run(c) for row, c in zip(rows, cases)]
+    return rerun
+
+
 def first_failure(name: str, indices):
     backend, run = run_as(name)
     for i in indices:
@@ -67,7 +83,7 @@ def test_a_mutant_is_found_early_and_shrunk_to_two_requests(name):
     assert found is not None, f"{name}: no failure in seed {SEED}'s first {BUDGET} draws"
     _, case, row = found
     _, run = run_as(name)
-    shrunk = shrink(case, row, lambda cases: [run(c) for c in cases])
+    shrunk = shrink(case, row, rerun_as(name))
     if name in UNSHRINKABLE:
         assert shrunk.case is None, f"{name} shrank after all: drop it from UNSHRINKABLE"
         return

@@ -99,7 +99,7 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's state in /proc (Linux)")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_a_kill_while_a_kernel_builds_leaves_no_compiler_behind(tmp_path, signum):
     plugin, pid_file = tmp_path / "building.py", tmp_path / "child.pid"
     plugin.write_text(BUILDING_PLUGIN)
@@ -158,3 +158,13 @@ def test_ctrl_c_at_exit_kills_what_is_left_without_a_traceback(monkeypatch):
     spare.proc.join(timeout=10)
     assert spare.proc.exitcode == -signal.SIGKILL
     spare.conn.close()
+
+
+def test_sigterm_and_sighup_are_handled_as_ctrl_c_where_their_default_would_end_the_run():
+    """In a process of its own, as the CLI's: SIGHUP takes the path SIGTERM's test above takes."""
+    code = ("import signal; from harness import interrupts; interrupts.watch_sigint(); "
+            "print(all(signal.getsignal(s) is interrupts._on_sigint for s in interrupts.STOPPING), "
+            "sorted(s.name for s in interrupts.STOPPING))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         preexec_fn=as_from_a_terminal).stdout
+    assert out.strip() == "True ['SIGHUP', 'SIGTERM']"
