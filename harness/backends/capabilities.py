@@ -128,6 +128,8 @@ class SparseSupport:
 
 
 SPARSE_DEFAULTS = {f.name: f.default for f in fields(SparseSupport)}
+# split_q refused where a kernel's own signature is not quoted (``quoted_limits``' "layout")
+WHOLE_Q = "its API takes q as one tensor, so q's nope and rope cannot come from buffers of their own"
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ class Capabilities:
         if reason is None:
             return None
         what, text = reason
-        quote = dict(self.quoted_limits).get(what)
+        quote = dict(self.quoted_limits).get(what) or (WHOLE_Q if what == "layout" and case.layout == "split_q"
+                                                       else None)
         return f"{text}: {quote}" if quote else text
 
     def _limit_reached(self, case: Case, device: str) -> tuple[str, str] | None:
@@ -190,9 +193,7 @@ class Capabilities:
         if not case.causal and not self.non_causal:
             return "non_causal", "non-causal attention not supported"
         if case.layout not in self.layouts:
-            whole = ": its API takes q as one tensor, so q's nope and rope cannot come from buffers of their own"
-            return "layout", (f"layout {case.layout} not supported (takes {', '.join(self.layouts)})"
-                              + (whole if case.layout == "split_q" else ""))
+            return "layout", f"layout {case.layout} not supported (takes {', '.join(self.layouts)})"
         return None
 
     def conventions(self) -> dict:

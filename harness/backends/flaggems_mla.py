@@ -54,6 +54,7 @@ class FlagGemsMLABackend(LazyKernel, Backend):
             ("dtype", f"{SIGNATURE} has no descale (k_scale) argument, so an fp8 cache cannot be read"),
             ("non_causal", f'it asserts causal ("causal False not supported"): `{SOURCE["causal"]}`'),
             ("kv_heads", f"`{SOURCE['one_kv_head']}` reads the cache as one KV head"),
+            ("layout", f"`{SIGNATURE}` takes q as one tensor"),
         ),
     )
     sparse_backend = "flaggems-sparse"     # flash_mla_sparse_fwd, sparse_prefill.py

@@ -118,6 +118,8 @@ class FlashMLABackend(Backend):
         page_sizes=(PAGE_SIZE,), d_qk=(576,), d_v=(512,), max_draft_tokens=8,
         lse_base="e", empty_row_lse=float("inf"),
         index_format="page_table", fp8_q="quantized_k_scale", engine="sglang FlashMLABackend (flashmla_backend.py)",
+        quoted_limits=(("layout", "`flash_mla_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, ...)` takes q "
+                                  "as one tensor (flash_mla/flash_mla_interface.py)"),),
     )
     sparse_backend = "flashmla-sparse"     # its sparse decode path, flashmla_sparse.py
     features = frozenset({Feature.DENSE, Feature.GRAPH, Feature.PROFILES, Feature.SPLIT_CALL})

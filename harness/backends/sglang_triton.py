@@ -105,6 +105,9 @@ class SGLangTritonBackend(TritonKernels, Backend):
         non_causal=True,    # verify passes is_causal through; decode (s_q = 1) sees every key either way
         lse_base="e", empty_row_lse=-math.inf, has_lse=True,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton",
+        quoted_limits=(("layout", "`decode_attention_fwd(q, k_buffer, v_buffer, o, ...)` and "
+                                  "`extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, ...)` take q as one "
+                                  "tensor"),),
     )
 
     features = frozenset({Feature.DENSE, Feature.GRAPH})

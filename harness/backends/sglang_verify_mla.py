@@ -24,6 +24,8 @@ class SGLangVerifyMLABackend(TritonKernels, Backend):
         non_causal=True,   # is_causal is passed through; can_handle() accepts it without a custom mask
         lse_base="e", empty_row_lse=-math.inf, has_lse=False,
         index_format="token_slots", fp8_q="cast_in_kernel", engine="sglang:triton-verify-mla",
+        quoted_limits=(("layout", "`verify_shared_kv_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, ...)` "
+                                  "takes q as one tensor"),),
     )
 
     features = frozenset({Feature.DENSE})

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 NAMES = list(BUILTIN)
 CONVENTION_KEYS = {"engine", "index_format", "fp8_q", "lse_base", "empty_row_lse", "has_lse", "out_dtype",
                    "lse_dtype"}
-QUOTABLE = {"mode", "dtype", "device", "page_size", "heads", "kv_heads", "d_qk", "d_v", "s_q", "non_causal"}
+QUOTABLE = {"mode", "dtype", "device", "page_size", "heads", "kv_heads", "d_qk", "d_v", "s_q", "non_causal", "layout"}
 
 
 def dense_case(mode="decode", dtype="bf16"):

@@ -187,6 +187,13 @@ def test_a_kernel_that_takes_q_whole_refuses_split_q_in_its_apis_words():
     for name in ("flashinfer-fa3", "flashinfer-fa2", "torch"):
         assert "split_q" in load_backend(name).capabilities.layouts, name
     assert "split_q" not in load_backend("flashmla").capabilities.layouts
+    one_row = dataclasses.replace(dense_case(layout="split_q"), draft_tokens=1)      # past FlagGems' s_q limit
+    for name, call in (("flashmla", "flash_mla_with_kvcache(q: torch.Tensor,"),
+                       ("sglang-triton", "decode_attention_fwd(q, k_buffer,"),
+                       ("sglang-verify-mla", "verify_shared_kv_fwd(q_extend,"),
+                       ("flaggems", "flash_mla(q, block_table,")):
+        words = load_backend(name).capabilities.reason_unsupported(one_row, "cuda")
+        assert words.startswith("layout split_q not supported") and f"`{call}" in words, (name, words)
 
 
 def test_split_q_is_refused_in_a_sparse_case_and_never_drawn_for_one():
