@@ -46,6 +46,7 @@ FP8_Q = {"quantized_k_scale": "fp8: q quantised with K's scale", "model_dtype": 
          "cast_in_kernel": "fp8: q cast to fp8 inside the kernel"}
 DEQUANT = {"exact": "KV records dequantised exactly", "bf16_product": "KV dequantised as a bf16 product"}
 
+
 def _layouts(v) -> str | None:
     """The dense layouts it takes, where they are more than a kernel taking q whole takes."""
     from ..planning.case import WHOLE_Q_LAYOUTS  # here, not at the top: ``planning`` imports torch
@@ -71,7 +72,7 @@ DENSE = {
     "d_v": (LIMITS, _listed("d_v")),
     "max_draft_tokens": (LIMITS, _at_most("query token")),
     "non_causal": (LIMITS, lambda v: None if v else "causal only"),
-    "layouts": (LIMITS, lambda v: _layouts(v)),
+    "layouts": (LIMITS, _layouts),
     "has_lse": (LIMITS, lambda v: None if v else "returns no LSE: out alone is checked"),
     "fixed_softmax_scale": (LIMITS, lambda v: None if v is None else
                             f"softmax scale fixed at {v} (every case runs at it)"),
