@@ -4,7 +4,7 @@
 # Assumes the wheel sets are installed in the checkout as .site/fi (flashinfer), .site/sg (sglang + flag_gems)
 # and .site/fm (sgl-flash-mla).  No network.  Keeps going when a backend fails, hangs or crashes: each
 # backend runs in its own process under a time limit.  About 4 minutes, FlashInfer's JIT builds included
-# (~20 s per module, cached in $FLASHINFER_WORKSPACE_BASE for the next run).
+# (~20 s per module, cached under $MLA_VERIFY_CACHE for the next run).
 # Usage: [OUT=dir] [PYTHON=python3] bash scripts/gpu/kernels.sh        (OUT defaults to reports/kernels)
 case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 site=""
 for d in .site/fi .site/sg .site/fm; do [ -d "$d" ] && site="$site:$PWD/$d"; done
 export PYTHONPATH="$PWD$site" PYTHONUNBUFFERED=1
-export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-$PWD/.site/cache}
+export MLA_VERIFY_CACHE=${MLA_VERIFY_CACHE:-$PWD/.site/mvc}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 # FlashInfer's JIT needs nvcc and ninja on PATH: the image's, else the ninja wheel's
 command -v ninja >/dev/null || PATH="$PATH:$($PY -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null)"
@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "PYTHONPATH=$PYTHONPATH"
 echo "nvcc: $(command -v nvcc || echo missing)  ninja: $(command -v ninja || echo missing)"
-echo "FLASHINFER_WORKSPACE_BASE=$FLASHINFER_WORKSPACE_BASE"
+echo "MLA_VERIFY_CACHE=$MLA_VERIFY_CACHE"
 for b in flashinfer-fa3 flashinfer-fa2 sglang-triton sglang-verify-mla flaggems; do
   echo "$b: $($PY -m harness.cli list --json --backend "$b" 2>&1 | tail -1 | sed 's/^ *//')"
 done
