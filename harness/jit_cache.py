@@ -14,9 +14,11 @@ DEFAULT = Path.home() / ".cache" / "mla-verify"
 # each JIT's own variable and its folder under the root: Triton's compiled kernels (SGLang's, FlagGems',
 # ours), FlashInfer's nvcc builds (under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer),
 # torch.utils.cpp_extension's builds, and FlagGems' generated code and autotuning database
-# (flag_gems/utils/code_cache.py reads FLAGGEMS_CACHE_DIR, else ~/.flaggems)
+# (flag_gems/utils/code_cache.py reads FLAGGEMS_CACHE_DIR, else ~/.flaggems), and SGLang's tvm-ffi builds
+# (sglang 0.5.23 kernels/jit/utils/compile/cache.py reads SGLANG_JIT_CACHE_DIR, else ~/.cache/sglang/jit)
 JITS = (("TRITON_CACHE_DIR", "triton"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
-        ("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("FLAGGEMS_CACHE_DIR", "flaggems"))
+        ("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("FLAGGEMS_CACHE_DIR", "flaggems"),
+        ("SGLANG_JIT_CACHE_DIR", "sglang_jit"))
 
 
 def cache_root(asked: str | None = None) -> Path:

@@ -42,6 +42,7 @@ KERNELS = {
     "sglang-verify-mla": Lazy("sglang_verify_mla", "SGLangVerifyMLABackend"),
     "sglang-v4-triton": Lazy("sglang_v4_triton", "SGLangV4TritonBackend"),
     "sglang-sparse-triton": Lazy("sglang_sparse_triton", "SGLangSparseTritonBackend"),
+    "sglang-q8kv8": Lazy("sglang_q8kv8", "SGLangQ8KV8Backend"),
     "flaggems": Lazy("flaggems_mla", "FlagGemsMLABackend"),
 }
 

@@ -21,7 +21,10 @@ class SparseSupport:
     heads for its kernel, as SGLang does, slices them off again)."""
 
     kv_formats: tuple | None = ("v32",)   # None: every format of ``record_formats.FORMATS`` (read as data)
-    kv_dequant: str = "exact"           # the oracle view its arithmetic starts from: "exact", "bf16_product"
+    kv_dequant: str = "exact"           # the oracle view its arithmetic starts from: "exact", "bf16_product", "e4m3"
+    # the error model its rows are judged under (``tolerances.TOLERANCES``): bf16 arithmetic, or
+    # "fp8_e4m3" for one that reads q and KV as e4m3 and rounds P to e4m3 before P.V
+    tolerance: str = "bf16"
     devices: tuple = ("cpu", "cuda")
     head_padding: tuple = ()            # the engine zero-pads q heads to the first of these that holds them
     topk_multiple: int = 1              # topk must be a multiple of this
@@ -120,8 +123,8 @@ class SparseSupport:
     def conventions(self) -> dict:
         """What a sparse row records (``sparse_conventions``)."""
         # a convention at its default is left out, so the rows of backends that keep it keep their keys
-        unusual = {k: v for k, v in (("lse_includes_sink", self.lse_includes_sink), ("has_lse", self.has_lse))
-                   if v != SPARSE_DEFAULTS[k]}
+        unusual = {k: v for k, v in (("lse_includes_sink", self.lse_includes_sink), ("has_lse", self.has_lse),
+                                     ("tolerance", self.tolerance)) if v != SPARSE_DEFAULTS[k]}
         return {"engine": self.engine, "index_format": self.index_format, "kv_dequant": self.kv_dequant,
                 "lse_base": self.lse_base, "empty_row_lse": self.empty_row_lse,
                 "head_padding": list(self.head_padding), "sink": self.sink, **unusual}

@@ -39,6 +39,14 @@ from ..planning.record_formats import (  # noqa: F401  (re-exported: see the mod
 POISON_BYTE = 0xFF
 
 
+def as_e4m3(values: torch.Tensor) -> torch.Tensor:
+    """``values`` cast to e4m3 as a saturating cast does (round to nearest even; beyond ±448, infinities
+    included, ±448; NaN stays NaN): Triton's ``cvt.rn.satfinite``, which SGLang's FP8 prefill gather writes
+    its workspace with (``dsv4/dequant_k_cache.py``).  Clamped first, so no torch version's overflow rule
+    decides it."""
+    return values.float().clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
 @dataclass
 class Quantized:
     """Tokens as a record holds them: quantized values, one scale per tile (as float32), the rope part."""

@@ -44,7 +44,8 @@ INDEXES = {"page_table": "a page table", "token_slots": "token slots",
            "csr_pages": "CSR page lists"}
 FP8_Q = {"quantized_k_scale": "fp8: q quantised with K's scale", "model_dtype": "fp8: q given in the model dtype",
          "cast_in_kernel": "fp8: q cast to fp8 inside the kernel"}
-DEQUANT = {"exact": "KV records dequantised exactly", "bf16_product": "KV dequantised as a bf16 product"}
+DEQUANT = {"exact": "KV records dequantised exactly", "bf16_product": "KV dequantised as a bf16 product",
+           "e4m3": "q and the dequantised KV cast to e4m3"}
 
 
 def _layouts(v) -> str | None:
@@ -98,6 +99,7 @@ SPARSE = {
     "refusals": (QUOTED, lambda v: [f"{what}: {quote}" for what, quote in v] or None),
     "lse_includes_sink": (CONVENTIONS, lambda v: "LSE includes attn_sink (logaddexp)" if v else None),
     "has_lse": (LIMITS, lambda v: None if v else "returns no LSE: out alone is checked"),
+    "tolerance": (CONVENTIONS, lambda v: None if v == "bf16" else f"judged under the {v} error model"),
 }
 
 

@@ -8,7 +8,9 @@ within 1e-13 of it).  A -1 entry reads a record of zeros in its place (never att
 some index lists are read (a serving-size pool would not fit in float64), in one of two views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
-- ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with.
+- ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with;
+- ``e4m3``: the ``exact`` keys and q both cast to e4m3 (``sparse_cache.as_e4m3``), what an FP8 kernel
+  that takes q and KV as e4m3 computes with (SGLang's FP8 sparse prefill).
 
 A backend declares the view its arithmetic starts from (``capabilities.sparse.kv_dequant``); the
 comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where every
@@ -31,9 +33,12 @@ import torch
 
 from reference.sparse import attend_listed, counted, empty_answers, row_blocks, with_sink
 
-from ..building.sparse_cache import dequantize, read_records, read_scales, views_agree
+from ..building.sparse_cache import as_e4m3, dequantize, read_records, read_scales, views_agree
 from ..building.sparse_inputs import SparseCase
 from ..fast import sparse_keys_kernel, sparse_softmax_kernel
+
+# a view whose operands are cast after they are read: the records' view it reads them in, then the cast
+CAST_VIEWS = {"e4m3": "exact"}
 
 
 @dataclass
@@ -112,6 +117,9 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     inputs = case.inputs
     n, s_q, heads, d = inputs.q.shape
     q = inputs.q.reshape(n * s_q, heads, d)
+    cast = view in CAST_VIEWS
+    if cast:
+        q, view = as_e4m3(q).to(q.dtype), CAST_VIEWS[view]       # e4m3 values are exact in bf16
     scopes = [(pool, listed.reshape(n * s_q, -1), fmt, page_size)
               for pool, listed, fmt, page_size in _scopes(inputs)]
     if rows is not None:
@@ -129,7 +137,8 @@ def _attend(case: SparseCase, view: str, rows: torch.Tensor | None = None, magni
     for r0, r1 in blocks:
         parts = [_listed_keys(pool, listed[r0:r1].long(), fmt, page_size, view, disagree)
                  for pool, listed, fmt, page_size in scopes]
-        keys = torch.cat([k.view(r1 - r0, -1, d) for k, _ in parts], dim=1).to(dtype)
+        keys = torch.cat([k.view(r1 - r0, -1, d) for k, _ in parts], dim=1)
+        keys = (as_e4m3(keys) if cast else keys).to(dtype)
         valid = torch.cat([v for _, v in parts], dim=1)
         _attend_listed(out[r0:r1], lse[r0:r1], q[r0:r1], keys, valid, inputs.softmax_scale, inputs.d_v,
                        magnitudes)

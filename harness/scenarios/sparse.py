@@ -6,7 +6,8 @@ the gate (``sparse_gate``) refuses an out-of-range index or length before any ke
 ``run_sparse`` is called with every input fingerprinted before and after (``integrity.Witness``).
 ``start`` gives a ``SparseAnswer`` that waits for its chunk; ``verdicts`` (``_sparse_verdicts``) judges a
 chunk's answers together: out and LSE against the float64 oracle over exactly each row's key set, in the
-view of the cache the backend declares (``kv_dequant``), under the bf16 tolerance.  The other view
+view of the cache the backend declares (``kv_dequant``), under the error model it declares (``tolerance``:
+bf16, or fp8_e4m3 for a kernel that reads q and KV as e4m3).  The other view
 (``exact`` when the kernel's is ``bf16_product``) is recorded beside it, never gating (docs/sparse.md).  A
 backend without ``run_sparse`` is ``unsupported``.
 """

@@ -23,12 +23,15 @@ from harness.backends.base import (
     features_defined,
 )
 from harness.errors import InputError
+from harness.judging.sparse_oracle import CAST_VIEWS
+from harness.judging.tolerances import TOLERANCES
 from harness.planning.case import LAYOUTS
 from harness.planning.cases import Case, case_seed, validate_case
-from harness.planning.record_formats import FORMATS
+from harness.planning.record_formats import DEQUANT_MODES, FORMATS
 from harness.running.backend_loader import load_backend
 from harness.scenarios import graph
 from harness.scenarios import run as scenarios_run
+from harness.scenarios._sparse_verdicts import OTHER_VIEW
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = list(BUILTIN)
@@ -88,7 +91,8 @@ def test_a_sparse_entry_point_declares_the_sparse_section_of_its_capabilities(na
         assert sparse is None, name
         return
     assert isinstance(sparse, SparseSupport)
-    assert sparse.kv_dequant in ("exact", "bf16_product") and sparse.index_format == "token_slots"
+    assert sparse.kv_dequant in (*DEQUANT_MODES, *CAST_VIEWS) and sparse.index_format == "token_slots"
+    assert sparse.tolerance in TOLERANCES and sparse.kv_dequant in OTHER_VIEW
     assert set(sparse.formats()) <= set(FORMATS) and sparse.formats()
     if name in KERNELS:
         assert sparse.engine != SparseSupport.engine, name

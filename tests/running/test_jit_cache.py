@@ -25,7 +25,8 @@ def test_every_jit_points_under_the_root_but_a_users_own_setting_wins(monkeypatc
     assert found == {"TRITON_CACHE_DIR": str(tmp_path / "mine"),
                      "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "root" / "flashinfer"),
                      "TORCH_EXTENSIONS_DIR": str(tmp_path / "root" / "torch_extensions"),
-                     "FLAGGEMS_CACHE_DIR": str(tmp_path / "root" / "flaggems")}
+                     "FLAGGEMS_CACHE_DIR": str(tmp_path / "root" / "flaggems"),
+                     "SGLANG_JIT_CACHE_DIR": str(tmp_path / "root" / "sglang_jit")}
     assert os.environ[jit_cache.ENV] == str(tmp_path / "root")
 
 
