@@ -148,3 +148,13 @@ def test_it_declares_the_fp8_model_and_the_v4_layout_sglang_asserts():
                                                                         topk=128, heads=16), "test"), "cuda")
     assert "KVLayout.V4" in reason
     assert "sparse scenario only" in SGLangQ8KV8Backend().unsupported_reason(Case(id="d/t/0", seed=1), "cuda")
+
+
+def _real_kernel_reason() -> str | None:
+    return SGLangQ8KV8Backend().unsupported_reason(v4_case(), "cuda")
+
+
+@pytest.mark.skipif(_real_kernel_reason() is not None, reason=f"the real kernel: {_real_kernel_reason()}")
+def test_the_real_kernel_passes_a_v4_case_with_both_caches():
+    outcome = scenario.run(v4_case(heads=64, topk=128), SGLangQ8KV8Backend(), "cuda")
+    assert outcome.status is Status.PASS, (outcome.reason, outcome.messages[:2])
