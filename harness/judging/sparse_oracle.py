@@ -5,7 +5,7 @@ The records are read entry by entry, in each index row's order, a block of query
 format's reader (``sparse_cache``; on CUDA in one pass, ``sparse_keys_kernel``, the same bits) and read by
 two products (``reference.sparse.attend_listed``; on CUDA its softmax in one pass, ``sparse_softmax_kernel``,
 within 1e-13 of it).  A -1 entry reads a record of zeros in its place (never attended).  Only the slots
-some index lists are read (a serving-size pool would not fit in float64), in one of two views:
+some index lists are read (a serving-size pool would not fit in float64), in one of three views:
 
 - ``exact``: ``e4m3 * float32 scale``, what the record means;
 - ``bf16_product``: ``bf16(e4m3 * bf16(scale))``, what FlashMLA's SM90 kernel computes with;
@@ -13,9 +13,9 @@ some index lists are read (a serving-size pool would not fit in float64), in one
   that takes q and KV as e4m3 computes with (SGLang's FP8 sparse prefill).
 
 A backend declares the view its arithmetic starts from (``capabilities.sparse.kv_dequant``); the
-comparison that gates uses that view, and the other is recorded beside it (docs/sparse.md).  Where every
-listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal bit for
-bit) the other view shares the first's answer.
+comparison that gates uses that view, and ``exact`` is recorded beside ``bf16_product`` (docs/sparse.md).
+Where every listed scale is a power of two (``sparse_cache.views_agree``: the two views' keys are then equal
+bit for bit) the other view shares the first's answer.
 
 DeepSeek V4's extra cache is read the same way, in its own format and page size, and its keys join the
 main cache's in one softmax; entries at or past a row's length are -1 before any is read
