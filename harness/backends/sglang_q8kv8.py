@@ -27,7 +27,7 @@ import torch
 
 from reference.sparse import counted
 
-from ..building.sparse_cache import as_e4m3, dequantize, read_records
+from ..building.sparse_cache import as_e4m3, dequantize_pool
 from .base import Backend, Capabilities, Feature, SparseSupport
 from .optional import LazyKernel, dist_version
 
@@ -102,21 +102,11 @@ class SGLangQ8KV8Backend(LazyKernel, Backend):
 def workspace(inputs) -> tuple[torch.Tensor, int]:
     """The flat e4m3 KV ``(rows, 1, d_qk)``: every record of the extra pool, then of the main pool,
     dequantized and cast to e4m3, then a row of zeros; and how many rows the extra pool took."""
-    parts = []
-    if inputs.extra_kv_pool is not None:
-        parts.append(_requantized(inputs.extra_kv_pool, inputs.extra_fmt))
-    parts.append(_requantized(inputs.kv_pool, inputs.fmt))
-    zero = torch.zeros(1, parts[0].shape[1], dtype=torch.float8_e4m3fn, device=inputs.device)
-    extra_rows = parts[0].shape[0] if len(parts) == 2 else 0
-    return torch.cat([*parts, zero]).unsqueeze(1), extra_rows
-
-
-def _requantized(pool: torch.Tensor, fmt) -> torch.Tensor:
-    """Every record of ``pool`` ``(pages, page_size, 1, bytes)`` dequantized in float32 and cast to e4m3."""
-    pages, page_size = pool.shape[:2]
-    slots = torch.arange(pages * page_size, device=pool.device)
-    values = dequantize(read_records(pool.view(pages, -1), slots, fmt, page_size), fmt, "exact", torch.float32)
-    return as_e4m3(values)
+    main = as_e4m3(dequantize_pool(inputs.kv_pool, inputs.fmt, "exact", torch.float32))
+    extra = main[:0] if inputs.extra_kv_pool is None else \
+        as_e4m3(dequantize_pool(inputs.extra_kv_pool, inputs.extra_fmt, "exact", torch.float32))
+    zero = torch.zeros_like(main[:1])
+    return torch.cat([extra, main, zero]).unsqueeze(1), extra.shape[0]
 
 
 def combined_indices(inputs, extra_rows: int, sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import dataclasses
 
 import torch
 
-from ..building.sparse_cache import dequantize, read_records
+from ..building.sparse_cache import dequantize_pool
 from .base import TRITON_SPARSE_VARIANT, Backend, Capabilities, Feature, SparseSupport
 from .flaggems_mla import INSTALL as FLAG_GEMS_INSTALL
 from .flashmla import INSTALL as FLASH_MLA_INSTALL
@@ -31,11 +31,7 @@ CALL = "flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v, attn_sink)"
 
 def bf16_kv(inputs) -> torch.Tensor:
     """The pool as a flat bf16 KV ``(slots, 1, d_qk)``, dequantized as the SM90 decode kernel does."""
-    pool = inputs.kv_pool.view(inputs.kv_pool.shape[0], -1)
-    slots = torch.arange(inputs.num_slots, device=pool.device)
-    keys = dequantize(read_records(pool, slots, inputs.fmt, inputs.page_size), inputs.fmt, "bf16_product",
-                      torch.bfloat16)
-    return keys.unsqueeze(1)
+    return dequantize_pool(inputs.kv_pool, inputs.fmt, "bf16_product", torch.bfloat16).unsqueeze(1)
 
 
 class SparsePrefillForm(LazyKernel, Backend):

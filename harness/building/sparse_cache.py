@@ -167,6 +167,14 @@ def dequantize(q: Quantized, fmt: RecordFormat, mode: str, dtype=torch.float64) 
     return keys
 
 
+def dequantize_pool(pool: torch.Tensor, fmt: RecordFormat, mode: str, dtype) -> torch.Tensor:
+    """Every record of ``pool`` ``(pages, page_size, 1, bytes)``, slot by slot, as ``(slots, d_qk)`` keys in
+    ``dtype`` (``dequantize``): the flat KV a kernel reading no records is handed."""
+    pages, page_size = pool.shape[:2]
+    slots = torch.arange(pages * page_size, device=pool.device)
+    return dequantize(read_records(pool.view(pages, -1), slots, fmt, page_size), fmt, mode, dtype)
+
+
 def views_agree(scales: torch.Tensor, zeroed: torch.Tensor) -> torch.Tensor:
     """A device bool: whether every scale (float32, ``(n, tiles)``) of a record not ``zeroed`` (``(n,)``,
     ``read_records``': its values are all zero, equal in both views) is 0 or a power of two within
