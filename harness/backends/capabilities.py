@@ -68,8 +68,8 @@ class SparseSupport:
         if self.page_sizes is not None and case.page_size not in self.page_sizes:
             return f"page_size {case.page_size} not supported (supports {', '.join(map(str, self.page_sizes))})"
         if self.padded_heads(case.heads) is None:
-            return (f"{case.heads} heads: the engine pads q heads to one of "
-                    f"{', '.join(map(str, self.head_padding))}, and none holds them")
+            return self._quoted("heads", f"{case.heads} heads: the engine pads q heads to one of "
+                                         f"{', '.join(map(str, self.head_padding))}, and none holds them")
         if case.topk % self.topk_multiple:
             return self._quoted("topk", f"topk {case.topk} is not a multiple of {self.topk_multiple}")
         if case.sink != "none" and not self.sink:

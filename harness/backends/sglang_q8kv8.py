@@ -37,6 +37,8 @@ CALL = ("sparse_mla_q8kv8_prefill_fwd(q, kv, indices, sm_scale, q_scale, kv_scal
 WIDTH = 128             # "topk width must be a positive multiple of 128" (its Python checks)
 V4_ONLY = ('"assert token_to_kv_pool.get_swa_key_layout() is KVLayout.V4": the Q8KV8 gather reads the 584-byte '
            "V4 layout only (deepseek_v4_backend.py, _forward_prefill_sparse_q8kv8)")
+HEAD_LIMIT = ('"DeepSeek-V4 Q8KV8 sparse prefill supports at most 128 local query heads" '
+              "(sparse_mla_q8kv8_prefill_sm90.py, q8kv8_padded_num_heads)")
 
 
 class SGLangQ8KV8Backend(LazyKernel, Backend):
@@ -48,7 +50,8 @@ class SGLangQ8KV8Backend(LazyKernel, Backend):
         sparse=SparseSupport(
             kv_formats=("v4",), kv_dequant="e4m3", tolerance="fp8_e4m3", devices=("cuda",),
             head_padding=(64, 128), sink=True, lse_base="e", empty_row_lse=math.inf,
-            extra_pairs=(("v4", "v4"),), length_formats=("v4",), refusals=(("extra_cache", V4_ONLY),),
+            extra_pairs=(("v4", "v4"),), length_formats=("v4",),
+            refusals=(("extra_cache", V4_ONLY), ("heads", HEAD_LIMIT)),
             engine="sglang 0.5.23 deepseek_v4_backend _forward_prefill_sparse_q8kv8 "
                    "(sparse_mla_q8kv8_prefill_fwd over the records gathered and cast to e4m3)"))
     features = frozenset({Feature.SPARSE})      # no run(): unsupported_reason refuses every dense case

@@ -148,6 +148,8 @@ def test_it_declares_the_fp8_model_and_the_v4_layout_sglang_asserts():
                                                                         topk=128, heads=16), "test"), "cuda")
     assert "KVLayout.V4" in reason
     assert "sparse scenario only" in SGLangQ8KV8Backend().unsupported_reason(Case(id="d/t/0", seed=1), "cuda")
+    assert "at most 128 local query heads" in sparse.reason_unsupported(v4_case(heads=129), "cuda")
+    assert sparse.reason_unsupported(v4_case(heads=128), "cuda") is None
 
 
 def _real_kernel_reason() -> str | None:
