@@ -50,6 +50,37 @@ def gpu_present() -> bool:
         return False
 
 
+FOLDER_PREFIX = "mla-verify-workers-"       # then the owning process's pid, a dash, mkdtemp's letters
+
+
+def new_folder(base: str | None = None) -> str:
+    """A pool's folder for its workers' files, named for this process.  A pool whose process was killed
+    (a SIGKILL, a Ray actor taken down mid-round) could not remove its own: the folders of owners that
+    are gone are removed first."""
+    base = base or tempfile.gettempdir()
+    for name in os.listdir(base):
+        owner = folder_owner(name)
+        if owner is not None and not process_alive(owner):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=base)
+
+
+def folder_owner(name: str) -> int | None:
+    """The pid in a pool folder's name, or None for any other name."""
+    pid, dash, _ = name.removeprefix(FOLDER_PREFIX).partition("-")
+    return int(pid) if name.startswith(FOLDER_PREFIX) and dash and pid.isdigit() else None
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # someone else's process: alive
+        return True
+    return True
+
+
 @dataclass
 class Spare:
     proc: object
@@ -109,7 +140,7 @@ class WorkerPool:
     def spawn(self, warm: bool = False, pin: str | None = None) -> Spare:
         """A new worker whose stderr and resource ledger are this pool's to read and clean up."""
         if self.folder is None:
-            self.folder = tempfile.mkdtemp(prefix="mla-verify-workers-")
+            self.folder = new_folder()
         spare = spawn(warm, pin, WorkerOutput.in_folder(self.folder, len(self.started)))
         self.started.append(spare)
         return spare
