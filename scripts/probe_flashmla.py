@@ -7,15 +7,17 @@ docs/kernel-packages.md and docs/archive/gpu-runs-history.md).
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import torch
 
-from harness.backends.flashmla import FlashMLABackend
-from harness.building.inputs import generate
-from harness.judging.compare import check_tensor
-from harness.judging.oracle import expected
-from harness.judging.tolerances import TOLERANCES
-from harness.planning.cases import Case
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # the checkout's harness: a GPU box installs none
+from harness.backends.flashmla import FlashMLABackend  # noqa: E402
+from harness.building.inputs import generate  # noqa: E402
+from harness.judging.compare import check_tensor  # noqa: E402
+from harness.judging.oracle import expected  # noqa: E402
+from harness.judging.tolerances import TOLERANCES  # noqa: E402
+from harness.planning.cases import Case  # noqa: E402
 
 
 def probe(backend, label, **fields):

@@ -54,13 +54,15 @@ def _kernels_idle(scoreboard) -> list[str]:
 
 
 def _where(env) -> str:
-    """Where the rows ran: 'the rows ran on cpu, with no GPU', from the environment table."""
+    """Where the rows ran, when not on a GPU: 'the rows ran on cpu, with no GPU', or, where the machine had
+    one (``--device cpu`` on a GPU box), 'the rows ran on cpu, not on the NVIDIA H200 there'."""
     values = dict(env)
     devices = [v for v, _ in values.get("device", [])]
     gpus = [v for v, _ in values.get("GPU", []) if v != "none (CPU)"]
-    if devices and "cuda" not in devices and not gpus:
-        return f"the rows ran on {', '.join(devices)}, with no GPU"
-    return ""
+    if not devices or "cuda" in devices:
+        return ""
+    where = f"not on the {', '.join(gpus)} there" if gpus else "with no GPU"
+    return f"the rows ran on {', '.join(devices)}, {where}"
 
 
 def why(data) -> str | None:

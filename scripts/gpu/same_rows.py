@@ -14,8 +14,10 @@ statuses and places still exactly.
 import argparse
 import sys
 from collections import Counter
+from pathlib import Path
 
-from harness.recording.results import read_rows
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))    # the checkout's harness: a GPU box installs none
+from harness.recording.results import read_rows  # noqa: E402
 
 # how long and when, not what: a row the warm-up ran first (``warm_up``) is the same row run later, and
 # FlashInfer's build times (``backend_info.jit_build_s``) are a cold cache's or a warm one's

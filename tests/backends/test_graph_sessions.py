@@ -342,9 +342,12 @@ def test_graph_suite_runs_on_the_gpu(name):
         pytest.skip(f"{name}: {backend.availability()}")
     suite = load_suite("graph").cases
     cases = [next(c for c in suite if c.group == g) for g in dict.fromkeys(c.group for c in suite)]
-    rows = [run_case(c, backend, name, "cuda") for c in cases]     # one case a group: the CLI runs them all
+    # one case a group (the CLI runs them all), but those the backend's API refuses (FlagGems': one query token
+    # a request, no fp8 descale): every other one captured, replayed and judged
+    taken = [c for c in cases if backend.unsupported_reason(c, "cuda") is None]
+    rows = [run_case(c, backend, name, "cuda") for c in taken]
     ran = [r for r in rows if r["status"] in ("pass", "fail")]
-    assert len(ran) == len(rows), [(r["case_id"], r["status"], r.get("reason")) for r in rows if r not in ran]
+    assert ran and len(ran) == len(rows), [(r["case_id"], r["status"], r.get("reason")) for r in rows if r not in ran]
     assert all(r["metrics"]["graph"]["steps"] >= 20 for r in ran)
     stream_sessions = {cls.__name__ for cls in TokenGraphSession.__subclasses__()}
     for r in ran:

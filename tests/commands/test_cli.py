@@ -19,6 +19,7 @@ from helpers import REPO, run_cli
 
 from harness.planning.cases import load_suite, suite_names
 from harness.recording import results
+from harness.running.runner import default_device
 
 PLUGIN = "examples/plugin_backend.py:MyKernel"
 OFFBYONE = "examples/offbyone_verify.py:OffByOneVerify"
@@ -462,7 +463,8 @@ def test_python_m_cli_offbyone_fails_and_names_case_and_worst_element(tmp_path):
     example, rerun = lines[found[0] + 1].strip(), lines[found[0] + 2].strip()
     case = example.split(":")[0]
     assert case in failing and "worst at index [" in example
-    assert rerun == f"rerun: mla-verify run --suite smoke --backend {OFFBYONE} --device cpu --case {case}"
+    device = default_device()          # the device the run took: cuda on a GPU box
+    assert rerun == f"rerun: mla-verify run --suite smoke --backend {OFFBYONE} --device {device} --case {case}"
 
 
 def test_subprocess_bad_input_exits_2_without_traceback(tmp_path):

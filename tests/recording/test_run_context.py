@@ -68,6 +68,8 @@ def test_reference_ms_is_the_compare_steps_phase_time_and_only_its():
 def test_a_row_built_in_the_parent_names_the_gpu_its_case_ran_on(monkeypatch):
     case = load_suite("smoke").cases[0]
     lost = Outcome.lost(Status.CRASH, "died")
+    no_gpu = {**environment.describe(), "gpu": None}                # a machine with no GPU, on a GPU box too
+    monkeypatch.setattr(environment, "describe", lambda: dict(no_gpu))
     on_cpu = result_row(case, TorchBackend(), "torch", "cpu", lost, gpu="GPU 3").to_json()
     assert on_cpu["env"]["gpu"] is None                               # no GPU here: nothing to name
     env = {**environment.describe(), "gpu": "the parent's GPU 0"}

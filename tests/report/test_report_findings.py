@@ -205,7 +205,12 @@ def test_why_no_kernel_was_verified_is_said_in_words_on_the_first_screen(tmp_pat
     for kernel, reason in skipped:
         if not kernel.startswith("no real kernel"):
             assert reason in text, reason
-    assert "the rows ran on cpu, with no GPU" in text
+    gpu = rows[0]["env"]["gpu"]              # a GPU box's, where this runs there with --device cpu
+    assert ("the rows ran on cpu, " + (f"not on the {gpu} there" if gpu else "with no GPU")) in text
+    on_a_gpu_box = tmp_path / "gpu-box.jsonl"       # --device cpu where a GPU was: said, so it is not missed
+    on_a_gpu_box.write_text("".join(json.dumps(dict(r, env=dict(r["env"], gpu="NVIDIA H200"))) + "\n" for r in rows))
+    out, _ = write_report([on_a_gpu_box], tmp_path / "gpu-box.html")
+    assert "the rows ran on cpu, not on the NVIDIA H200 there" in first_screen_text(out.read_text(encoding="utf-8"))
     renamed = tmp_path / "kernel.jsonl"          # the same rows under a kernel's name: nothing to explain
     renamed.write_text("".join(json.dumps(dict(r, backend="my-kernel")) + "\n" for r in rows))
     out, _ = write_report([renamed], tmp_path / "kernel.html")

@@ -32,6 +32,7 @@ def base(tmp_path_factory):
 def on_gpu(row: dict, name: str, index: int, placement: bool = True) -> dict:
     """``row`` as if kernel KERNEL ran it on GPU ``name``; without ``placement``, as rows before it existed."""
     row = dict(row, backend=KERNEL, backend_spec=KERNEL, env={**row["env"], "gpu": name})
+    row.pop("placement", None)          # the base run's own, where it ran on a GPU box
     if placement:
         row["placement"] = {"gpu": index, "name": name, "uuid": f"GPU-{index}"}
     return row
