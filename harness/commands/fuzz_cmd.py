@@ -110,6 +110,9 @@ def run(args, pool) -> int:
     device = device_asked(args.device)
     sets = worker_sets(args, device)
     settings = _settings(args, spec, device, sets)
+    # as run's: one GPU as the device shows it keeps its workers from call to call (rounds, each shrink's
+    # reruns), kernel packages imported and kernels built; pinned sets start fresh ones
+    pool.carry_over = sets[0].pin is None
     path = _results_path(args)
     backend = load_backend(spec)                       # a bad spec fails before anything runs
     replay = corpus.replay_cases(args.corpus)          # so does a bad file in the corpus
@@ -194,7 +197,8 @@ def print_findings(campaign, out=None):
         if found.kept is None:
             continue
         shrunk = found.shrunk
-        print(f"  shrunk in {len(shrunk.steps)} step(s) ({', '.join(shrunk.steps) or 'none smaller'}), "
+        stopped = "; stopped at the end of --time, smaller may fail too" if shrunk.stopped else ""
+        print(f"  shrunk in {len(shrunk.steps)} step(s) ({', '.join(shrunk.steps) or 'none smaller'}{stopped}), "
               f"{shrunk.reruns} rerun(s): {sizes_line(found.case, shrunk.case)}", file=out)
         again = "fails the same way when run alone" if found.confirmed else "did NOT fail the same way run alone"
         print(f"  kept: {found.kept} ({'already in the corpus' if found.existed else 'new'}; {again})", file=out)

@@ -103,11 +103,14 @@ class Campaign:
         self.found: dict[tuple, Found] = {}
         self.drawn = 0
         self.replayed = 0
+        self.deadline = None          # where --time ends (``run``)
 
     def run(self, writer, replay: list) -> RunSummary:
         """The corpus's cases first, then drawn rounds until the cases or the time are spent."""
         rows = _CampaignRows(writer, self.progress)
-        for batch in self.rounds(replay, time.perf_counter()):
+        started = time.perf_counter()
+        self.deadline = None if self.s.seconds is None else started + self.s.seconds    # shrinking stops there too
+        for batch in self.rounds(replay, started):
             rows.reruns = batch.reruns
             before = len(self.summary.rows)
             self.run_round(batch.cases, batch.spec, rows, self.summary)
@@ -187,7 +190,7 @@ class Campaign:
         if row["status"] == Status.TIMEOUT:
             found.note = "a timeout is not shrunk: each rerun of it could take --timeout"
             return found
-        found.shrunk = result = shrink(case, row, lambda cases: self.rerun(cases, spec))
+        found.shrunk = result = shrink(case, row, lambda cases: self.rerun(cases, spec), self.deadline)
         if result.case is None:
             found.note = (f"not shrunk: run as a suite file (its lengths written out, {SUITE_SEEDS} seeds) "
                           "it did not fail the same way; its failure hangs on the drawn values")
@@ -202,10 +205,10 @@ class Campaign:
         return found
 
     def rerun(self, cases: list, spec: str) -> list[dict]:
-        """Run shrink candidates, each alone, in a worker process (one worker for them all: a crash costs
-        its case only, ``isolation``); their rows, in order."""
+        """Run shrink candidates, each alone (a crash costs its case only, ``isolation``), spread over the
+        campaign's workers; their rows, in order."""
         ids = [f"fuzz-shrink/candidate/{k}" for k in range(len(cases))]
-        workers = 1 if self.s.workers else 0
+        workers = self.s.workers
         self._warm(spec, workers, [None])
         collect = Collect()
         run_cases([dataclasses.replace(c, id=i) for c, i in zip(cases, ids)], self.backend_for(spec), spec,

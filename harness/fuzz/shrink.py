@@ -11,6 +11,7 @@ that comes out is exactly the one written to the corpus.
 too) and returns their rows in order.
 """
 
+import time
 from dataclasses import dataclass, field
 
 from ..planning.case import Case
@@ -32,6 +33,7 @@ class Shrunk:
     row: dict | None = None
     steps: list = field(default_factory=list)    # the names of the steps taken, in order
     reruns: int = 0             # candidates run
+    stopped: bool = False       # the campaign's time ran out before no step made it smaller
 
 
 def sizes(case: Case) -> dict[str, int]:
@@ -47,8 +49,10 @@ def sizes_line(before: Case, after: Case) -> str:
     return ", ".join(f"{k} {old.get(k, 0)} -> {new.get(k, 0)}" for k in {**old, **new})
 
 
-def shrink(case: Case, row: dict, rerun) -> Shrunk:
-    """``case``, which failed with ``row``, as small as it gets while the same checks fail."""
+def shrink(case: Case, row: dict, rerun, deadline: float | None = None) -> Shrunk:
+    """``case``, which failed with ``row``, as small as it gets while the same checks fail; past ``deadline``
+    (``time.perf_counter``'s, the end of ``fuzz --time``) no further step is tried, and the case is as small
+    as it got by then."""
     sig = signature(row)
     start = candidates.explicit(case)
     result = Shrunk(case, None, 0, sig)
@@ -66,6 +70,9 @@ def shrink(case: Case, row: dict, rerun) -> Shrunk:
     while smaller_found and calls < MAX_RERUNS:
         smaller_found = False
         for name, step in candidates.STEPS:
+            if deadline is not None and time.perf_counter() >= deadline:
+                result.stopped = True
+                return result
             taken = _step(result, step, rerun)
             calls += taken is not None
             if taken:

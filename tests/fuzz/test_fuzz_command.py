@@ -118,6 +118,27 @@ def test_shrinking_stops_at_the_sizes_the_failure_needs():
     assert out.reruns == sum(calls) and len(calls) <= 40
 
 
+def test_shrinking_stops_at_the_deadline_with_the_case_as_small_as_it_got():
+    """``fuzz --time``'s end bounds the shrinking too: each rerun here takes 'a second' of a pretend clock, and
+    the time runs out after three calls; what was taken by then is kept, and it says it stopped."""
+    case = next(c for c in drawn(7, 200) if c.scenario == "call" and c.batch_size >= 5 and c.heads >= 16)
+    failed = {"status": "fail", "failed_checks": ["out.element"]}
+    clock = [0.0]
+    rerun, calls = stand_in(lambda c: c.heads >= 2)
+
+    def slow(cases):
+        clock[0] += 1.0
+        return rerun(cases)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("harness.fuzz.shrink.time.perf_counter", lambda: clock[0])
+        out = shrink(case, failed, slow, deadline=3.0)
+    assert out.stopped and len(calls) == 3 and clock[0] == 3.0    # no call started after the deadline
+    assert candidates.size_key(out.case) < candidates.size_key(case) and out.steps
+    whole = shrink(case, failed, rerun)
+    assert not whole.stopped and whole.case.heads == 2 and len(calls) > 3 + 2
+    assert candidates.size_key(whole.case) < candidates.size_key(out.case)
+
+
 def test_a_crash_is_a_signature_that_shrinks_too():
     case = next(c for c in drawn(8, 200) if c.scenario == "call" and c.batch_size >= 4)
     crash = {"status": "crash", "reason": "worker died (signal 11) in case 3", "failed_checks": ["crash"]}
