@@ -18,16 +18,18 @@ def test_the_root_is_the_flags_then_the_environments_then_the_default(monkeypatc
 
 
 def test_every_jit_points_under_the_root_but_a_users_own_setting_wins(monkeypatch, tmp_path):
-    for variable, _ in jit_cache.JITS:
+    for variable, _ in jit_cache.JITS + jit_cache.FLAGS:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
     found = jit_cache.point_jits_at(tmp_path / "root")
-    assert found == {"TRITON_CACHE_DIR": str(tmp_path / "mine"),
+    assert found == {"TRITON_CACHE_DIR": str(tmp_path / "mine"), "TRITON_CACHE_AUTOTUNING": "1",
                      "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "root" / "flashinfer"),
                      "TORCH_EXTENSIONS_DIR": str(tmp_path / "root" / "torch_extensions"),
                      "FLAGGEMS_CACHE_DIR": str(tmp_path / "root" / "flaggems"),
                      "SGLANG_JIT_CACHE_DIR": str(tmp_path / "root" / "sglang_jit")}
     assert os.environ[jit_cache.ENV] == str(tmp_path / "root")
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")                 # a user's "no" wins too
+    assert jit_cache.point_jits_at(tmp_path / "root")["TRITON_CACHE_AUTOTUNING"] == "0"
 
 
 PLUGIN = '''
