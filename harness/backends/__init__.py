@@ -86,6 +86,17 @@ def kernel_availability(device: str) -> dict[str, str | None]:
     return why
 
 
+def kernel_modules(spec: str) -> list[str]:
+    """The kernel packages' modules the built-in kernels of ``--backend spec`` import (``auto``: every kernel's),
+    in order, without importing any: what a spare worker may import while the parent resolves the specs."""
+    names = []
+    for part in (p.strip() for p in spec.split(",")):
+        name = part.split("@", 1)[0]
+        names += list(KERNELS) if part == "auto" else [name] if name in KERNELS else []
+    modules = [m for name in dict.fromkeys(names) for m in getattr(builtin_class(name), "modules", ())]
+    return list(dict.fromkeys(modules))
+
+
 def resolve_auto(device: str) -> tuple[list[str], list[str]]:
     """``auto``: every real kernel that runs here, else the pure-PyTorch backend; and why, line by line."""
     why = kernel_availability(device)
@@ -115,4 +126,4 @@ def expand_specs(spec: str, device: str) -> tuple[list[str], list[str]]:
 
 
 __all__ = ["Backend", "Capabilities", "Feature", "BUILTIN", "KERNELS", "builtin_class", "builtin_names",
-           "builtins_supporting", "expand_specs", "kernel_availability", "resolve_auto"]
+           "builtins_supporting", "expand_specs", "kernel_availability", "kernel_modules", "resolve_auto"]

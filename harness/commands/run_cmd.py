@@ -128,6 +128,9 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     check_outputs(args, path)
+    if device == "cuda" and args.workers:     # the spares import the kernels' packages as this process does
+        from ..backends import kernel_modules
+        pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device)
     memory, measuring_s = None, 0.0
     if args.workers:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import gpus as gpus_module
 from .worker_output import WorkerOutput
-from .worker_process import kill_worker, serve
+from .worker_process import PRELOAD, kill_worker, serve
 
 # Workers on a GPU, by default: its small cases are bound by the host's work, which several processes share
 # out.  On the H200's 16 cores (docs/gpu-runs.md, 2026-12-04, at 6fe7758; runs alternated in one call) the
@@ -160,6 +160,14 @@ class WorkerPool:
                 alive = sum(spare.proc.is_alive() and spare.pin == pin for spare in self.spares)
                 if alive < count:
                     self.spares.append(self.spawn(warm, pin))
+
+    def preload(self, modules: list[str]):
+        """Have every spare not yet told its job import ``modules`` first (``worker_process.PRELOAD``)."""
+        if not modules:
+            return
+        for spare in self.spares:
+            if spare.job is None and spare.proc.is_alive():
+                spare.conn.send((PRELOAD, tuple(modules)))
 
     def load_in_spare(self, job: tuple, count: int):
         """Tell up to ``count`` waiting spares what to load (``worker_job``), ahead of their use.  Spares not

@@ -19,6 +19,9 @@ EMPTY_CACHE = "empty cache"      # a message to an idle worker: hand your alloca
 # a message to an idle worker whose backend is done: settle the device, hand the allocator's memory back,
 # say so ("kept") and wait for the next backend's job, its imports and compiled kernels kept (``WorkerPool``)
 NEXT_BACKEND = "next backend"
+# a message to a spare not yet told its job: import these kernel modules now, while the parent imports them to
+# resolve the run's backends, rather than when each backend's turn comes (``WorkerPool.preload``)
+PRELOAD = "preload"
 
 STICKY_CUDA = ("CUDA error", "illegal memory access", "device-side assert", "AcceleratorError",
                "unspecified launch failure")
@@ -79,7 +82,7 @@ def serve(conn, progress, warm=False, pin=None, output=None):
             pass
 
     from .backend_loader import load_backend
-    job = conn.recv()
+    job = _next_job(conn)
     while job is not None:
         backend_spec, device, threads, run_chunk = job
         # the parent's thread count, whatever the number of workers: a CPU float64 reduction or matmul
@@ -94,7 +97,19 @@ def serve(conn, progress, warm=False, pin=None, output=None):
         conn.send(("ready", None))
         if not _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
             return
+        job = _next_job(conn)
+
+
+def _next_job(conn):
+    """The next job (or None), the modules of a ``PRELOAD`` before it imported first; one that does not import
+    is the backend's to report when its job loads it."""
+    from ..backends.optional import try_import
+    job = conn.recv()
+    while isinstance(job, tuple) and len(job) == 2 and job[0] == PRELOAD:
+        for name in job[1]:
+            try_import(name)
         job = conn.recv()
+    return job
 
 
 def _serve_chunks(conn, progress, backend, backend_spec, device, run_chunk):
