@@ -25,3 +25,13 @@ def test_a_chunk_counts_what_its_cases_hold_and_the_largest_passing_need_once():
     assert resources.chunk_bytes(cases) == sum(p["held"] for p in parts) + max(p["passing"] for p in parts)
     assert resources.chunk_bytes(cases[:1]) >= resources.estimated_bytes(cases[0])["total"]
     assert resources.chunk_bytes([]) == 0
+
+
+def test_a_backends_cases_are_spread_over_every_worker():
+    """A few cases give each worker a chunk (``runner.spread``), a matrix keeps chunks of ``CHUNK_CASES``."""
+    from harness.running.runner import spread
+    few = load_suite("decode").cases[:23]
+    chunks = chunk.plan(few, max_cases=min(chunk.CHUNK_CASES, spread(len(few), 8)))
+    assert len(chunks) == 8 and sum(map(len, chunks)) == 23
+    assert spread(2328, 8) > chunk.CHUNK_CASES
+    assert (spread(5, 8), spread(0, 8), spread(10, 0)) == (1, 1, 10)
