@@ -25,7 +25,7 @@ def previous_rows(rows: list[dict], backend, cases: list) -> tuple[list[dict], i
     from ..environment import mla_verify_version
     info, version = backend.info(), mla_verify_version()
     # a kernel that fixes a parameter ran the case at its own value: its rows hash what ran
-    declared = getattr(backend.capabilities, "fixed_softmax_scale", None)
+    declared = backend.capabilities.fixed_softmax_scale
     kept, changed = [], Counter()
     for case_id, row in latest.items():
         if row["status"] not in KEPT_ON_RESUME:
