@@ -128,7 +128,9 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     check_outputs(args, path)
-    if device == "cuda" and args.workers:     # the spares import the kernels' packages as this process does
+    # the spares import the kernels' packages as this process does, where free memory was measured before they
+    # started (NVML): a package's import may make a CUDA context, which a measure taken now would count
+    if device == "cuda" and args.workers and (at_start.whole is not None or at_start.per_gpu is not None):
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device)
