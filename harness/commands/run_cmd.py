@@ -130,7 +130,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     check_outputs(args, path)
     # the spares import the kernels' packages as this process does, where free memory was measured before they
     # started (NVML): a package's import may make a CUDA context, which a measure taken now would count
-    if device == "cuda" and args.workers and (at_start.whole is not None or at_start.per_gpu is not None):
+    if device == "cuda" and args.workers and at_start.before_spares:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device)

@@ -18,6 +18,11 @@ class MeasuredAtStart:
     whole: tuple[int, str, float] | None = None               # the one GPU (``gpu_memory.free_memory``)
     per_gpu: dict[int, tuple[int, str]] | None = None         # each GPU of ``--gpus`` (``free_memory_of``)
 
+    @property
+    def before_spares(self) -> bool:
+        """Whether NVML measured before the spares started: they may then make CUDA contexts at once."""
+        return self.whole is not None or self.per_gpu is not None
+
 
 def spares_wanted(workers: int | None, device: str, sets: int = 1) -> int:
     """How many workers per GPU ``run`` with crash isolation (the default) will start: ``--workers`` as
@@ -44,6 +49,5 @@ def start_spares(args, pool: worker_pool.WorkerPool) -> MeasuredAtStart:
     elif device == "cuda":
         measured.per_gpu = gpu_memory.free_memory_of([record["gpu"] for _, record in sets])
     pins = [pin for pin, _ in sets]
-    warm = measured.whole is not None or measured.per_gpu is not None
-    pool.start_spares(spares, warm=warm, pins=pins)     # pins [None]: one set on the default device
+    pool.start_spares(spares, warm=measured.before_spares, pins=pins)     # pins [None]: one set on the default device
     return measured

@@ -106,9 +106,9 @@ def _tolerance(a: SparseAnswer):
 def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
     """Per answer its gating checks (out, LSE) and its other view's (the same objects where the views'
     answers are the same tensors; none with one view), in groups by tensor name and bound."""
-    slots, batches = [], {}     # per answer [gating, other] lists of ((name, tolerance), index in batch)
+    slots, batches = [], {}     # per answer [gating, other] lists of ((name, bound), index in batch)
     for a in answers:
-        views, tolerance = a.views, a.backend.capabilities.sparse.tolerance
+        views, tolerance = a.views, _tolerance(a)
         per_view = []
         for view in views:
             if view != views[0] and a.expected[view] is a.expected[views[0]]:
@@ -119,12 +119,12 @@ def compare(answers: list[SparseAnswer]) -> list[tuple[list, list]]:
                 if not isinstance(pair, Pair):          # a check already decided (no LSE returned)
                     placed.append((pair, None))
                     continue
-                batches.setdefault((name, tolerance), []).append(pair)
-                placed.append(((name, tolerance), len(batches[name, tolerance]) - 1))
+                key = (name, getattr(tolerance, name))
+                batches.setdefault(key, []).append(pair)
+                placed.append((key, len(batches[key]) - 1))
             per_view.append(placed)
         slots.append(per_view)
-    done = dict(zip(batches, check_batches([(name, pairs, getattr(TOLERANCES[tolerance], name))
-                                            for (name, tolerance), pairs in batches.items()])))
+    done = dict(zip(batches, check_batches([(name, pairs, bound) for (name, bound), pairs in batches.items()])))
 
     def checked(placed):
         return [n if i is None else done[n][i] for n, i in placed]
