@@ -6,21 +6,57 @@ report the exact import error.
 """
 
 import importlib
+import importlib.abc
 import importlib.metadata
+import sys
 import warnings
+from contextlib import contextmanager
 from functools import cache
+
+# Packages a kernel package imports only for what the harness never calls, hidden while it imports.  SGLang's
+# package __init__ imports transformers only to patch it for loading Hugging Face models (sglang 0.5.23,
+# srt/utils/hf_transformers_patches.py: apply_all is a "No-op when the ``transformers`` package is not
+# installed"); its attention kernels never use it, and that import cost 10.9 s in every process that imported
+# SGLang on the H200 (docs/gpu-runs.md).  A kernel module that did need it would fail to import, visibly.
+HIDDEN_WHILE_IMPORTING = {"sglang": ("transformers",)}
 
 
 def try_import(module_name: str):
     """``(module, None)`` or ``(None, "module: ExcType: first line")``.  Warnings a package raises while it
     imports (a dependency's version notice) are its own, not mla-verify's: they stay off the console."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _hidden(module_name.partition(".")[0]):
             warnings.simplefilter("ignore")
             return importlib.import_module(module_name), None
     except Exception as e:   # a wheel for another torch/CUDA fails with OSError, RuntimeError, ...
         first = (str(e).splitlines() or [""])[0][:200]
         return None, f"{module_name}: {type(e).__name__}: {first}"
+
+
+class _Absent(importlib.abc.MetaPathFinder):
+    """Makes ``names`` (and their submodules) look not installed."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named '{fullname}'", name=fullname)
+        return None
+
+
+@contextmanager
+def _hidden(package: str):
+    """While ``package`` imports, its ``HIDDEN_WHILE_IMPORTING`` packages look absent, unless already imported."""
+    names = tuple(n for n in HIDDEN_WHILE_IMPORTING.get(package, ()) if n not in sys.modules)
+    finder = _Absent(names)
+    if names:
+        sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if names:
+            sys.meta_path.remove(finder)
 
 
 @cache   # every result row records it; reading package metadata costs 1 ms
