@@ -38,8 +38,9 @@ def _oracle_calls(a) -> list[tuple]:
 
 def second_look(a, checks: dict, pairs: dict):
     """The error model's second looks at an out or LSE over the flat element bound (``weight_rounding``): bf16
-    weights' rounding in out, float32 scores' rounding in LSE."""
-    looks = ((weight_rounding.OUT, "out", oracle.value_magnitudes),) if a.case.dtype == "bf16" else ()
+    or fp16 weights' rounding in out, float32 scores' rounding in LSE."""
+    out_look = weight_rounding.OUT_LOOKS.get(a.case.dtype)
+    looks = ((out_look, "out", oracle.value_magnitudes),) if out_look else ()
     looks = [(look, name, magnitudes)
              for look, name, magnitudes in looks + ((weight_rounding.LSE, "lse", oracle.score_magnitudes),)
              if name in checks and not checks[name].passed and isinstance(pairs.get(name), Pair)]

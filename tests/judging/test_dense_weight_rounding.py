@@ -1,7 +1,7 @@
-"""The bf16 error model's second look on dense answers (harness/judging/weight_rounding.py): a kernel that
-rounds each softmax weight to bf16 before P.V, as FlashMLA's and SGLang's do, lands exactly where the model
-says on KV values large enough that the output cancels; the second look passes it and says why, and it
-passes nothing a flat bound over ``2^-8 sum p|v|`` would not."""
+"""The error model's second look on dense answers (harness/judging/weight_rounding.py): a kernel that
+rounds each softmax weight to bf16 (fp16) before P.V, as FlashMLA's and SGLang's do, lands exactly where the
+model says on KV values large enough that the output cancels; the second look passes it and says why, and it
+passes nothing a flat bound over ``2^-8 sum p|v|`` (``2^-11``) would not."""
 
 import dataclasses
 import math
@@ -20,34 +20,52 @@ from harness.scenarios import run
 
 
 class RoundsWeights(TorchBackend):
-    """The torch backend with its softmax weights rounded to bf16 before the P.V product."""
+    """The torch backend with its softmax weights rounded to the row's dtype before the P.V product."""
 
     name = "rounds-weights"
 
+    def __init__(self, dtype=torch.bfloat16):
+        super().__init__()
+        self.dtype = dtype
+
     def weights(self, p):
-        return p.to(torch.bfloat16).float()
+        return p.to(self.dtype).float()
 
 
-@pytest.fixture(scope="module")
-def large_values():
-    return [c for c in load_suite("verify").cases if c.kv_values == "large" and c.dtype == "bf16"]
+WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def test_rounded_weights_on_cancelling_values_pass_on_the_second_look(large_values):
+def large_values(dtype):
+    """The verify suite's ``large`` KV cases and the values suite's ``latent`` and ``large`` KV ones, as ``dtype``."""
+    cases = [c for c in load_suite("verify").cases if c.kv_values == "large" and c.dtype == "bf16"]
+    cases += [c for c in load_suite("values").cases if c.kv_values in ("latent", "large") and c.dtype == "bf16"
+              and c.group == "kv"]
+    return [dataclasses.replace(c, dtype=dtype) for c in cases]
+
+
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_rounded_weights_on_cancelling_values_pass_on_the_second_look(dtype):
     looked = []
-    for case in large_values:
-        outcome = run(case, RoundsWeights(), "cpu")
-        assert outcome.status is Status.PASS, outcome.messages
+    for case in large_values(dtype):
+        outcome = run(case, RoundsWeights(WEIGHT_DTYPES[dtype]), "cpu")
+        assert outcome.status is Status.PASS, (case.id, outcome.messages)
         model = outcome.metrics["out"].get("weight_rounding")
         if model:
             looked.append(model)
             assert model["within_model"] == model["over_flat_bound"] > 0 and model["worst_ratio"] <= 1
-            assert any("weight-rounding bound" in w for w in outcome.warnings)
+            assert any(f"{dtype} weight-rounding bound" in w for w in outcome.warnings)
     assert looked, "no case put the rounded weights over the flat bound: the test tests nothing"
 
 
-def test_a_wrong_kernel_still_fails_on_the_same_cases(large_values):
-    for case in large_values:
+def test_fp16_weights_rounded_as_bf16_are_not_within_the_fp16_model():
+    """The fp16 look is 8x tighter: a kernel rounding its fp16 rows' weights to bf16 stays a failure."""
+    statuses = {run(c, RoundsWeights(torch.bfloat16), "cpu").status for c in large_values("fp16")}
+    assert Status.FAIL in statuses
+
+
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_a_wrong_kernel_still_fails_on_the_same_cases(dtype):
+    for case in large_values(dtype):
         assert run(case, MUTANTS["wrong_softmax_scale"](), "cpu").status is Status.FAIL
 
 
