@@ -5,8 +5,9 @@ The emulation is the oracle's own arithmetic in float32 on the kernel's inputs (
 values as given), its out rounded to the dtype the engine needs and its LSE kept in float32: what a correct
 kernel of that precision computes, give or take its order of summation.  Its error against the float64
 oracle, measured as the kernel's worst element is (``|err| / (atol + rtol |expected|)``, ``compare``), is
-the floor; a row that fails a gating check records the floor and the kernel's error over it (``over_floor``)
-for out and LSE (``needed``: only there, as the emulation costs a second oracle).  A finding
+the floor; every compared row records the floor and the kernel's error over it (``over_floor``) for out and
+LSE, a passing one too: how close a kernel runs to what its precision allows is the scoreboard's to show
+before it fails.  The emulation is a second oracle, at a cost docs/speed.md measures.  A finding
 that says "38x the noise floor" tells a kernel author how far the kernel is from what its precision allows,
 which "1.7x the bound" does not.
 
@@ -23,12 +24,6 @@ from .checks import FLOOR_TENSORS
 
 FLOOR_DTYPE = torch.float32
 EMULATION = "float32"          # what a row's ``noise_floor.emulation`` says: the module doc's emulation
-
-
-def needed(checks) -> bool:
-    """Whether an answer's floor is measured: where a gating check failed.  The floor explains a finding;
-    on a row that passes it would cost the run a second oracle (float32) for nothing the verdict reads."""
-    return any(not c.passed for c in checks)
 
 
 def worst_ratios(floor: tuple, expected: tuple, out_dtype: torch.dtype, tol) -> torch.Tensor:

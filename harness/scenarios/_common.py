@@ -212,7 +212,7 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
         for a, check, pair in zip(answers, checks, look_pairs):
             second_look(a, check, pair)
         samples = out_samples([(a.case.seed, a.out) for a in answers])
-        floors = _floors(answers, checks)
+        floors = _floors(answers)
         outcomes = [_outcome(a, [c for t in TENSORS if (c := checks[i].get(t.name)) is not None],
                              exp_lses[i], samples[i], noise_floor.summary(checks[i], floors[i]))
                     for i, a in enumerate(answers)]
@@ -229,18 +229,13 @@ def verdicts(answers: list[Answer], timing: dict | None = None) -> list[Outcome]
     return outcomes
 
 
-def _floors(answers: list[Answer], checks: list[dict]) -> list:
-    """Per answer its noise floor's worst ratios read back (``noise_floor``), or None where every gating
-    check passed: the emulation, measured as the kernel is, runs only for the answers that failed."""
-    gating = {t.name for t in TENSORS if t.gating}
-    failed = [i for i, a in enumerate(answers)
-              if noise_floor.needed([c for name, c in checks[i].items() if name in gating])]
-    run_floors([answers[i] for i in failed])
-    floors = [None] * len(answers)
-    for i, a in ((i, answers[i]) for i in failed):
-        floors[i] = noise_floor.worst_ratios(a.floor, a.expected, expected_out_dtype(a.inputs, a.backend.capabilities),
-                                             TOLERANCES[a.case.dtype])
-    return noise_floor.read_back(floors)
+def _floors(answers: list[Answer]) -> list:
+    """Per answer its noise floor's worst ratios read back (``noise_floor``): the float32 emulation of every
+    answer, measured as the kernel is."""
+    run_floors(answers)
+    return noise_floor.read_back([
+        noise_floor.worst_ratios(a.floor, a.expected, expected_out_dtype(a.inputs, a.backend.capabilities),
+                                 TOLERANCES[a.case.dtype]) for a in answers])
 
 
 def _wait_for(device):

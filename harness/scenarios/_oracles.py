@@ -1,5 +1,5 @@
 """The oracle calls a dense answer needs (``_common.Answer``), run together: the float64 oracle on the inputs
-as the kernel computes with them, for fp8 also on the unquantised ones; and, for the answers that failed, the
+as the kernel computes with them, for fp8 also on the unquantised ones; and the
 float32 emulation of the same computation whose error is the answer's noise floor (``judging.noise_floor``); and
 the magnitudes the error model's second looks read where a check failed (``second_look``)."""
 
@@ -18,7 +18,7 @@ def run_oracles(answers: list):
 
 
 def run_floors(answers: list):
-    """The float32 emulations of these answers (those that failed, ``noise_floor.needed``), in one call."""
+    """The float32 emulations of these answers (``noise_floor``) still to run, in one call."""
     todo = [a for a in answers if a.floor is None]
     calls = [kernel_view(a.inputs, a.backend.capabilities) for a in todo]
     for a, result in zip(todo, oracle.expected_many(calls, FLOOR_DTYPE)):

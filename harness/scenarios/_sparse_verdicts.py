@@ -5,7 +5,7 @@ inputs is not compared: the oracle would read the changed inputs, and a changed 
 gather out of bounds); the oracles are queued case by case (``sparse_oracle.start_views``), the flags
 that say whether two views' keys are equal read in one transfer; the comparisons go through
 ``compare.check_batches`` grouped by tensor and bound, as ``_common.verdicts`` groups dense ones; the noise
-floors of the answers that failed (``noise_floor``: the oracle's arithmetic in float32) read back in one
+floors of every answer (``noise_floor``: the oracle's arithmetic in float32) read back in one
 transfer.  A case's numbers are those it gets alone (``compare.check_tensors``), so its row is the same in
 any chunk.
 """
@@ -69,7 +69,7 @@ def verdicts(answers: list[SparseAnswer], timing: dict | None = None) -> list[Ou
         checks = compare(judged)
         for a, (gating, other) in zip(judged, checks):
             second_look(a, gating, other)
-        floors = iter(noise_floor.read_back([_floor_ratios(a, gating) for a, (gating, _) in zip(judged, checks)]))
+        floors = iter(noise_floor.read_back([_floor_ratios(a) for a in judged]))
         outcomes = [_tampered(a) if c else _judged(a, *checks.pop(0), next(floors)) for a, c in zip(answers, changed)]
     t2 = time.perf_counter()
     if timing is not None:
@@ -87,12 +87,9 @@ def run_oracles(answers: list[SparseAnswer]):
         a.expected = finish_views(p, same.get(id(p), False))
 
 
-def _floor_ratios(a: SparseAnswer, gating: list) -> torch.Tensor | None:
-    """For an answer that failed a gating check, the emulation's worst errors over the bound, out and LSE,
-    against the gating view's oracle (on the device: read back with the chunk's others); None for one that
-    passed (``noise_floor.needed``)."""
-    if not noise_floor.needed(gating):
-        return None
+def _floor_ratios(a: SparseAnswer) -> torch.Tensor:
+    """The emulation's worst errors over the bound, out and LSE, against the gating view's oracle (on the
+    device: read back with the chunk's others)."""
     if a.floor is None:
         a.floor = floor(a.scase, a.views[0])
     return noise_floor.worst_ratios(a.floor, a.expected[a.views[0]], torch.bfloat16, _tolerance(a))
