@@ -27,10 +27,15 @@ def try_import(module_name: str):
     try:
         with warnings.catch_warnings(), _hidden(module_name.partition(".")[0]):
             warnings.simplefilter("ignore")
-            return importlib.import_module(module_name), None
+            module = importlib.import_module(module_name)
     except Exception as e:   # a wheel for another torch/CUDA fails with OSError, RuntimeError, ...
         first = (str(e).splitlines() or [""])[0][:200]
         return None, f"{module_name}: {type(e).__name__}: {first}"
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+        # a folder of that name on sys.path (a JIT's cache folder, say) imports as an empty namespace package
+        return None, (f"{module_name}: a folder without __init__.py on sys.path ({', '.join(module.__path__)}), "
+                      "not the installed package")
+    return module, None
 
 
 class _Absent(importlib.abc.MetaPathFinder):

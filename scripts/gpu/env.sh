@@ -4,7 +4,9 @@
 # commit from a carried .commit file (a copied tree has no .git).
 # Usage: . scripts/gpu/env.sh
 site=""
-for d in "$PWD"/.site/*/; do [ -d "$d" ] && site="$site:${d%/}"; done
+# a wheel set holds a *.dist-info; the cache root (.site/mvc) does not, and its flashinfer/ folder on the path
+# would import as an empty flashinfer package
+for d in "$PWD"/.site/*/; do compgen -G "$d*.dist-info" >/dev/null && site="$site:${d%/}"; done
 export PYTHONPATH="$PWD$site" PYTHONUNBUFFERED=1
 export MLA_VERIFY_CACHE=${MLA_VERIFY_CACHE:-$PWD/.site/mvc}
 export MLA_VERIFY_COMMIT=${MLA_VERIFY_COMMIT:-$(cat .commit 2>/dev/null || echo unknown)}

@@ -42,3 +42,11 @@ def test_a_hidden_package_already_imported_is_left_visible(tmp_path, monkeypatch
     module, _ = optional.try_import("kernelpkg")
     assert module.PATCHED is True
 
+
+
+def test_a_folder_named_like_the_package_is_not_the_package(tmp_path, monkeypatch):
+    (tmp_path / "cachedpkg").mkdir()        # a JIT's cache folder on sys.path: no __init__.py
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cachedpkg", raising=False)
+    module, error = optional.try_import("cachedpkg")
+    assert module is None and "a folder without __init__.py" in error and str(tmp_path) in error

@@ -211,6 +211,7 @@ def test_setup_site_installs_a_carried_wheel_set_offline_and_env_puts_it_on_the_
     assert (tmp_path / ".site/t/tinypkg/__init__.py").read_text() == "VALUE = 7\n"
 
     (tmp_path / ".commit").write_text("abc1234\n")
+    (tmp_path / ".site/mvc/flashinfer").mkdir(parents=True)     # the cache root: no wheel set, kept off the path
     sourced = (f". '{SCRIPTS / 'gpu/env.sh'}'; echo \"$PYTHONPATH\"; echo \"$MLA_VERIFY_COMMIT\"; "
                "python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
     proc = run(["bash", "-c", sourced], cwd=tmp_path)
