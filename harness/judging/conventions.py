@@ -81,10 +81,19 @@ def kernel_view(inputs: Inputs, capabilities) -> Inputs:
     return _extend_view(inputs)
 
 
+def cast_as_triton(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values`` cast to an fp8 ``dtype`` as a Triton kernel's ``.to()`` does on the GPU: saturating at the
+    dtype's largest finite value (PTX ``cvt.rn.satfinite``), NaN kept.  Clamped first, so no torch version's
+    overflow rule decides it: with the H200's torch 2.11 two fuzz rows of ``large`` q past e4m3's 448 had a NaN
+    reference where SGLang's Triton decode answered finite (the CPU's torch 2.13 saturates)."""
+    top = torch.finfo(dtype).max
+    return values.float().clamp(-top, top).to(dtype)
+
+
 def _cast_nope_view(inputs: Inputs) -> Inputs:
     d_v = inputs.d_v
     q = inputs.q_model
-    q_nope = q[..., :d_v].to(inputs.kv_pool.dtype).float()     # unscaled cast, as the kernel does
+    q_nope = cast_as_triton(q[..., :d_v], inputs.kv_pool.dtype).float()     # unscaled cast, as the kernel does
     view_q = torch.cat([q_nope, q[..., d_v:].float()], dim=-1)
     return dataclasses.replace(inputs, q=view_q, descale_q=None)
 
@@ -141,7 +150,7 @@ def _extend_view(inputs: Inputs) -> Inputs:
     k_scale = descale_scalar(inputs.descale_k)
     q = inputs.q_model
     view_q = torch.cat([torch.zeros_like(q[..., :d_v], dtype=torch.float64),
-                        q.to(inputs.kv_pool.dtype).double(), q.double()], dim=-1)
+                        cast_as_triton(q, inputs.kv_pool.dtype).double(), q.double()], dim=-1)
     used, table = pages_in_use(inputs)
     page_size = inputs.page_size
     slots = (used[:, None] * page_size + torch.arange(page_size, device=used.device)).reshape(-1)

@@ -132,3 +132,16 @@ def test_end_to_end_error_is_unaffected_by_the_view():
 def test_unknown_convention_is_refused():
     with pytest.raises(ValueError, match="unknown fp8_q convention"):
         kernel_view(make(), dataclasses.replace(CAST, fp8_q="bogus"))
+
+
+@pytest.mark.parametrize("mode, s_q", [("decode", 1), ("verify", 2)])
+def test_cast_in_kernel_saturates_q_beyond_the_fp8_range_as_triton_does(mode, s_q):
+    """Triton's conversion to e4m3 saturates at ±448 (``cvt.rn.satfinite``), whatever torch's own cast does."""
+    inputs = make(mode, s_q=s_q)
+    big = inputs.q_model.clone()
+    big[..., :8] = torch.tensor([1e3, -1e3, 448.0, 500.0, -7e4, 2.0, 3e4, -3e4], dtype=big.dtype)
+    view = kernel_view(dataclasses.replace(inputs, q_model=big), CAST)
+    cast = view.q[..., :8] if mode == "decode" else view.q[..., inputs.d_v:inputs.d_v + 8]
+    assert cast[0, 0, 0].tolist() == [448.0, -448.0, 448.0, 448.0, -448.0, 2.0, 448.0, -448.0]
+    out, lse = expected(view)
+    assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
