@@ -40,7 +40,8 @@ def to_xml(rows: list[dict], name: str = "mla-verify") -> ET.ElementTree:
             tallies[tally] += 1
             message = str(row.get("reason")) if tag == "skipped" else failure_lines(row)[0]
             detail = ET.SubElement(case, tag, message=message, type=status)
-            detail.text = "\n".join([*(row.get("messages") or []), *(row.get("traceback") or []),
+            detail.text = "\n".join([*(row.get("messages") or []), *([row["message"]] if row.get("message") else []),
+                                     *(row.get("traceback") or []),
                                      f"rerun: {row.get('rerun', '')}"])
         suite.set("time", f"{time_total:.3f}")
         for key, value in tallies.items():

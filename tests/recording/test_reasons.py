@@ -111,3 +111,16 @@ def test_the_report_lists_the_same_groups_and_the_rest_counted(rows, tmp_path):
     assert more and sum(int(n) for n in cells) + int(more.group(2)) == len(rows)
     console = group_reasons((r["reason"] for r in rows), SHOWN_REASONS).shown
     assert [g.text for g in data.unsupported.shown[:SHOWN_REASONS]] == [g.text for g in console]
+
+
+def test_an_error_whose_message_runs_on_keeps_its_last_line_in_the_reason_and_all_of_it_in_the_details():
+    from harness.recording.outcome import Outcome
+    # the shape of Triton's CompilationError: where, the source, a caret, then what is wrong
+    error = RuntimeError("at 128:21:\n        if TDP > 0:\n            qk += tl.dot(q_tail, kv_tail)\n"
+                         "                     ^\nAssertionError('All non-batch values in both first input shape')")
+    outcome = Outcome.raised("kernel", error)
+    assert outcome.reason == ("RuntimeError: at 128:21: … "
+                              "AssertionError('All non-batch values in both first input shape')")
+    assert outcome.details["message"].splitlines()[2].strip() == "qk += tl.dot(q_tail, kv_tail)"
+    one_line = Outcome.raised("kernel", RuntimeError("CUDA error: an illegal memory access"))
+    assert one_line.reason == "RuntimeError: CUDA error: an illegal memory access" and "message" not in one_line.details
