@@ -30,8 +30,9 @@ def attend_listed(q: torch.Tensor, listed: torch.Tensor, valid: torch.Tensor, sc
                   absolute_values: bool = False, out: torch.Tensor | None = None,
                   lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``reference.sparse.attend_listed``'s out ``(n, h, d_v)`` and LSE ``(n, h)`` with the softmax in one
-    pass, written into ``out`` and ``lse`` where given (contiguous float64), or None where the kernel does
-    not apply (off CUDA) or cannot run."""
+    pass, in the keys' dtype (float64: the oracle; float32: the noise floor's emulation), written into ``out``
+    and ``lse`` where given (contiguous, that dtype), or None where the kernel does not apply (off CUDA) or
+    cannot run."""
     if not listed.is_cuda:
         return None
     kernel = usable_kernel(str(listed.device))
@@ -42,16 +43,17 @@ def run(kernel, q, listed, valid, scale: float, d_v: int, absolute_values: bool 
     """``attend_listed`` with this kernel (the tests run it under Triton's interpreter too)."""
     n, heads, _ = q.shape
     entries = listed.shape[1]
-    scores = torch.bmm(q.to(listed.device, torch.float64), listed.transpose(1, 2))    # (n, h, entries), unscaled
-    top = torch.empty(n, heads, dtype=torch.float64, device=listed.device)
+    scores = torch.bmm(q.to(listed.device, listed.dtype), listed.transpose(1, 2))     # (n, h, entries), unscaled
+    top = torch.empty(n, heads, dtype=listed.dtype, device=listed.device)
     total = torch.empty_like(top)
     if scores.numel():
         block = min(WIDEST, max(16, 1 << (entries - 1).bit_length()))
         rows = max(1, BLOCK_ELEMENTS // block)
         kernel[(-(-(n * heads) // rows),)](scores, valid.contiguous().view(torch.uint8), top, total, n * heads,
-                                            heads, entries, float64_bits(scale), ROWS=rows, BLOCK=block)
+                                            heads, entries, float64_bits(scale), ROWS=rows, BLOCK=block,
+                                            WIDE=listed.dtype == torch.float64)
     values = listed[..., :d_v].abs() if absolute_values else listed[..., :d_v]
-    out = torch.bmm(scores, values, out=out).div_(total.clamp_min(torch.finfo(torch.float64).tiny)[..., None])
+    out = torch.bmm(scores, values, out=out).div_(total.clamp_min(torch.finfo(listed.dtype).tiny)[..., None])
     lse = torch.add(top, total.log(), out=lse).masked_fill_(total == 0, math.inf)
     return out, lse
 
@@ -64,13 +66,14 @@ def warm_up(device):
 @functools.cache
 def usable_kernel(device: str):
     """The kernel, once it has built and run on ``device`` (a row of each block width a sparse topk uses:
-    64, 128 and the widest); None where Triton does not import or cannot build it (then one warning line:
-    a Triton it was not tried with costs speed)."""
+    64, 128 and the widest, in float64 and float32); None where Triton does not import or cannot build it
+    (then one warning line: a Triton it was not tried with costs speed)."""
     def first_launch(kernel):
         for entries in (64, 128, WIDEST):
-            listed = torch.zeros(1, entries, 64, dtype=torch.float64, device=device)
-            run(kernel, torch.zeros(1, 1, 64, dtype=torch.float64, device=device), listed,
-                torch.ones(1, entries, dtype=torch.bool, device=device), 1.0, 64)
+            for dtype in (torch.float64, torch.float32):
+                listed = torch.zeros(1, entries, 64, dtype=dtype, device=device)
+                run(kernel, torch.zeros(1, 1, 64, dtype=dtype, device=device), listed,
+                    torch.ones(1, entries, dtype=torch.bool, device=device), 1.0, 64)
     return usable("the sparse oracle's softmax kernel", device, "the softmax in PyTorch's passes",
                   _triton_kernel, first_launch)
 
@@ -81,19 +84,21 @@ def _triton_kernel(triton, tl):
 
     @triton.jit(do_not_specialize=["scale_bits"])
     def listed_softmax(scores_ptr, valid_ptr, top_ptr, total_ptr, rows, heads, entries, scale_bits,
-                       ROWS: tl.constexpr, BLOCK: tl.constexpr):
-        scale = scale_bits.to(tl.int64).to(tl.float64, bitcast=True)
+                       ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        # WIDE: float64 arithmetic, else float32, with the scale rounded to it as PyTorch's alpha is
+        acc = tl.float64 if WIDE else tl.float32
+        scale = scale_bits.to(tl.int64).to(tl.float64, bitcast=True).to(acc)
         row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)       # a query row and head each
         live = row < rows
         owner = row // heads                                                   # its row of valid flags
-        top = tl.full([ROWS], float("-inf"), tl.float64)
+        top = tl.full([ROWS], float("-inf"), acc)
         for start in range(0, entries, BLOCK):
             entry = start + tl.arange(0, BLOCK)
             inside = live[:, None] & (entry[None, :] < entries)
             ok = tl.load(valid_ptr + owner[:, None] * entries + entry[None, :], mask=inside, other=0) != 0
             s = tl.load(scores_ptr + row[:, None] * entries + entry[None, :], mask=inside, other=0.0) * scale
             top = tl.maximum(top, tl.max(tl.where(ok, s, float("-inf")), axis=1))
-        total = tl.zeros([ROWS], tl.float64)
+        total = tl.zeros([ROWS], acc)
         for start in range(0, entries, BLOCK):
             entry = start + tl.arange(0, BLOCK)
             inside = live[:, None] & (entry[None, :] < entries)

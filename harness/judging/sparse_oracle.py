@@ -177,8 +177,7 @@ def _listed_keys(pool, idx: torch.Tensor, fmt, page_size: int, view: str, disagr
 
 def _attend_listed(out, lse, q, keys, valid, scale: float, d_v: int, magnitudes: bool):
     """``reference.sparse.attend_listed`` written into ``out`` and ``lse`` (a block's rows of the case's): on
-    CUDA its float64 softmax in one pass (``sparse_softmax_kernel``: within 1e-13 of them), else PyTorch's
-    passes."""
-    if keys.dtype != torch.float64 or \
-            sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
+    CUDA its softmax in one pass (``sparse_softmax_kernel``: float64 within 1e-13 of them, float32 for the
+    noise floor), else PyTorch's passes."""
+    if sparse_softmax_kernel.attend_listed(q, keys, valid, scale, d_v, magnitudes, out, lse) is None:
         out[...], lse[...] = attend_listed(q, keys, valid, scale, d_v, absolute_values=magnitudes)
