@@ -1,7 +1,7 @@
 """The oracle calls a dense answer needs (``_common.Answer``), run together: the float64 oracle on the inputs
-as the kernel computes with them, for fp8 also on the unquantised ones; and the
-float32 emulation of the same computation whose error is the answer's noise floor (``judging.noise_floor``); and
-the magnitudes the error model's second looks read where a check failed (``second_look``)."""
+as the kernel computes with them, for fp8 also on the unquantised ones; the float32 emulation of the same
+computation, whose error is the answer's noise floor (``judging.noise_floor``); and the magnitudes the error
+model's second looks read where a check failed (``second_look``)."""
 
 from ..judging import oracle, weight_rounding
 from ..judging.compare import Pair
