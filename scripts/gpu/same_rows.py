@@ -3,13 +3,17 @@
 Rows are matched by (backend, case id); the timings and ``env.commit`` (the tree a row came from: two
 trees are what this compares) are left out.
 
-Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...] [--close REL]
+Usage: python scripts/gpu/same_rows.py A.jsonl B.jsonl [--ignore KEY,...] [--close REL] [--drop KEY,...] [--shared]
 (exit 0: the same, 1: they differ)
 --ignore: keys compared to 12 significant digits only, e.g. ``cos_diff,rel_l2`` between trees whose sums
 add in another order (a float64 sum's last bits).
 --close: every float compared within REL of the larger (plus 1e-12 absolute, for numbers such as a
 ``cos_diff`` near 0), e.g. between trees whose oracles differ in their last bits; strings, integers,
 statuses and places still exactly.
+--drop: keys left out wherever they appear, e.g. ``noise_floor`` between a tree that records it on every row
+and one that recorded it on failing rows only.
+--shared: compare the rows both files hold; the rows of cases one tree has and the other has not (its suites
+grew) are counted apart, not as differences.
 """
 import argparse
 import sys
@@ -27,8 +31,11 @@ parser.add_argument("a")
 parser.add_argument("b")
 parser.add_argument("--ignore", default="")
 parser.add_argument("--close", type=float, default=None)
+parser.add_argument("--drop", default="")
+parser.add_argument("--shared", action="store_true")
 args = parser.parse_args()
 ROUNDED = set(filter(None, args.ignore.split(",")))
+DROPPED = set(filter(None, args.drop.split(",")))
 
 
 def differences(x, y, where=""):
@@ -37,7 +44,7 @@ def differences(x, y, where=""):
             if key in ROUNDED and isinstance(x.get(key), float) and isinstance(y.get(key), float):
                 if f"{x[key]:.12g}" != f"{y[key]:.12g}":
                     yield f"{where}.{key}: {x[key]!r} != {y[key]!r} (to 12 digits)"
-            elif key not in TIMINGS:
+            elif key not in TIMINGS and key not in DROPPED:
                 yield from differences(x.get(key), y.get(key), f"{where}.{key}")
     elif args.close is not None and isinstance(x, float) and isinstance(y, float):
         if not (x == y or abs(x - y) <= args.close * max(abs(x), abs(y)) + 1e-12):
@@ -51,9 +58,11 @@ def differences(x, y, where=""):
 
 a = {f'{r["case_id"]} [{r.get("backend")}]': r for r in read_rows(args.a)}
 b = {f'{r["case_id"]} [{r.get("backend")}]': r for r in read_rows(args.b)}
-found = [f"{k}: only in one file" for k in sorted(set(a) ^ set(b))]
+one_sided = sorted(set(a) ^ set(b))
+found = [] if args.shared else [f"{k}: only in one file" for k in one_sided]
 found += [d for k in sorted(set(a) & set(b)) for d in differences(a[k], b[k], k)]
-print(f"{len(a)} and {len(b)} rows; {len(found)} difference(s)")
+shared = f" ({len(set(a) & set(b))} in both compared, {len(one_sided)} in one only)" if args.shared else ""
+print(f"{len(a)} and {len(b)} rows{shared}; {len(found)} difference(s)")
 if found:       # which fields differ, by their last key: rows that differ in a sum's last bits name cos_diff only
     print("by field:", dict(Counter(d.split(": ", 1)[0].rsplit(".", 1)[-1] for d in found)))
 print("\n".join(found[:20]))

@@ -3,9 +3,10 @@
 # `git archive REV | tar -x -C .base` and carried with the checkout) and under this one, each run's cases/s
 # printed, then same_rows.py between the two results files (env, placement and backend_info.profile left out:
 # the first differs by design, the others are absent from older trees' rows).
-# Usage: [SUITE=flashmla-upstream] [BACKEND=flashmla] [ROUNDED=key,..] [CLOSE=rel] [OUT=dir]
-#        bash scripts/gpu/same_rows_across_trees.sh     (exit: same_rows.py's; 2 without .base)
-# ROUNDED: keys compared to 12 significant digits; CLOSE: every float within rel (see same_rows.py).
+# Usage: [SUITE=flashmla-upstream] [BACKEND=flashmla] [ROUNDED=key,..] [CLOSE=rel] [DROP=key,..] [SHARED=1]
+#        [OUT=dir] bash scripts/gpu/same_rows_across_trees.sh     (exit: same_rows.py's; 2 without .base)
+# ROUNDED: keys compared to 12 significant digits; CLOSE: every float within rel; DROP: keys left out;
+# SHARED=1: only the cases both trees have (see same_rows.py).
 case ${1:-} in -h|--help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; exit 0;; esac
 set -u
 cd "$(dirname "$0")/../.."
@@ -39,7 +40,8 @@ for path in sys.argv[1:]:
             (r.get("backend_info") or {}).pop("profile", None)
         f.writelines(json.dumps(r) + "\n" for r in rows)
 PY
-python3 scripts/gpu/same_rows.py "$OUT/trees/before-noenv.jsonl" "$OUT/trees/after-noenv.jsonl" ${ROUNDED:+--ignore "$ROUNDED"} ${CLOSE:+--close "$CLOSE"}
+python3 scripts/gpu/same_rows.py "$OUT/trees/before-noenv.jsonl" "$OUT/trees/after-noenv.jsonl" ${ROUNDED:+--ignore "$ROUNDED"} \
+  ${CLOSE:+--close "$CLOSE"} ${DROP:+--drop "$DROP"} ${SHARED:+--shared}
 rc=$?
 echo "same_rows rc=$rc"
 exit "$rc"

@@ -184,6 +184,19 @@ def test_same_rows_sees_no_difference_in_timings_and_names_a_changed_metric(tmp_
     assert proc.returncode == 0, proc.stdout
 
 
+def test_same_rows_can_leave_out_a_key_and_the_cases_one_tree_lacks(tmp_path):
+    rows = example_rows()
+    floored = json.loads(json.dumps(rows))
+    floored[0]["metrics"]["noise_floor"] = {"emulation": "float32", "out": {"floor": 0.2, "over_floor": 1.1}}
+    grown = floored + [dict(rows[0], case_id="smoke/new/0")]
+    a, b = rows_file(tmp_path / "a.jsonl", rows), rows_file(tmp_path / "b.jsonl", grown)
+    same_rows = [sys.executable, str(SCRIPTS / "gpu/same_rows.py"), str(a), str(b)]
+    proc = run(same_rows)
+    assert proc.returncode == 1 and "2 difference(s)" in proc.stdout, proc.stdout     # the floor, the new case
+    proc = run([*same_rows, "--drop", "noise_floor", "--shared"])
+    assert proc.returncode == 0 and "(3 in both compared, 1 in one only); 0 difference(s)" in proc.stdout, proc.stdout
+
+
 def tiny_wheel(folder: Path) -> Path:
     """A pure-Python wheel of one module, ``tinypkg`` (``VALUE = 7``), written by hand."""
     files = {
