@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
+from ..planning.cases import select
 from ..recording.results import ResultsWriter
 from ..recording.status import EXIT_FAILURES, Verdict, verdict_of
 from .run_cmd import device_asked, load_suites
@@ -33,21 +34,6 @@ def add_parser(sub):
     p.add_argument("--remeasure-ceilings", action="store_true",
                    help="measure copy bandwidth and bf16 matmul rate again instead of reading the cache")
     p.set_defaults(func=main)
-
-
-def select_cases(suites, spec: str | None):
-    from ..planning import cases as case_mod
-    cases = case_mod.select(suites, None)
-    if not spec:
-        return cases
-    wanted = [w.strip() for w in spec.split(",") if w.strip()]
-    chosen = []
-    for w in wanted:
-        hit = [c for c in cases if c.id == w or c.id.startswith(w.rstrip("/") + "/")]
-        if not hit:
-            raise InputError(f"--case: no case or group '{w}' in suite(s) {', '.join(s.name for s in suites)}")
-        chosen.extend(c for c in hit if c not in chosen)
-    return chosen
 
 
 def load_backends(spec: str) -> list:
@@ -84,7 +70,7 @@ def main(args) -> int:
         raise InputError(f"--warmup: must be 0 or more, got {args.warmup}")
     if args.cross_check and (why := crosscheck.available()):
         raise InputError(why)
-    cases = select_cases(load_suites(args.suite), args.case)
+    cases = select(load_suites(args.suite), args.case)
     backends = load_backends(args.backend or ("auto" if device == "cuda" else "torch,reference"))
     iters, warmup = GPU_ITERS if device == "cuda" else CPU_ITERS
     options = BenchOptions(iters=args.iters or iters, warmup=warmup if args.warmup is None else args.warmup,

@@ -29,7 +29,8 @@ def add_parser(sub):
                         "kernel that runs here, else torch), module:NAME or file.py:NAME")
     p.add_argument("--require-kernel", action="store_true",
                    help="exit 2 before running anything unless a real kernel (not torch/reference) is verified")
-    p.add_argument("--case", help="run only this case id (suite/group/index)")
+    p.add_argument("--case", help="only these cases: ids (suite/group/index) or groups (suite/group), "
+                                  "comma-separated")
     p.add_argument("--out", help="results file (JSONL); default reports/results-<time>.jsonl")
     p.add_argument("--resume", metavar="FILE", help="append to FILE; cases it records as pass, fail or unsupported "
                    "by the same kernel version, case definition and mla-verify version are kept, the rest run "

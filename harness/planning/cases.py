@@ -184,11 +184,16 @@ def case_seed(case_id: str, suite_seed: int) -> int:
     return zlib.crc32(f"{suite_seed}:{case_id}".encode()) & 0x7FFFFFFF
 
 
-def select(suites: list[Suite], case_id: str | None) -> list[Case]:
+def select(suites: list[Suite], spec: str | None) -> list[Case]:
+    """Every case of ``suites``, or those ``spec`` names: case ids (suite/group/index) and groups
+    (suite/group), comma-separated, in the order named."""
     cases = [c for s in suites for c in s.cases]
-    if case_id is None:
+    if not spec:
         return cases
-    chosen = [c for c in cases if c.id == case_id]
-    if not chosen:
-        raise InputError(f"no case '{case_id}' in suite(s) {', '.join(s.name for s in suites)}")
+    chosen = []
+    for wanted in (w.strip() for w in spec.split(",") if w.strip()):
+        hit = [c for c in cases if c.id == wanted or c.id.startswith(wanted.rstrip("/") + "/")]
+        if not hit:
+            raise InputError(f"--case: no case or group '{wanted}' in suite(s) {', '.join(s.name for s in suites)}")
+        chosen.extend(c for c in hit if c not in chosen)
     return chosen

@@ -501,11 +501,11 @@ def test_flashmla_bench_uses_kineto_and_the_graph_session(tmp_path, monkeypatch)
 
 
 def test_case_selection_takes_ids_and_groups():
-    from harness.commands.bench_cmd import select_cases
+    from harness.planning.cases import select
     suites = [load_suite("smoke")]
-    chosen = select_cases(suites, "smoke/fp8,smoke/decode-bf16/0,smoke/fp8/1")
+    chosen = select(suites, "smoke/fp8,smoke/decode-bf16/0,smoke/fp8/1")
     assert [c.id for c in chosen] == ["smoke/fp8/0", "smoke/fp8/1", "smoke/decode-bf16/0"]
-    assert len(select_cases(suites, None)) == len(suites[0].cases)
+    assert len(select(suites, None)) == len(suites[0].cases)
 
 
 def test_kernelkit_cross_check_sums_the_call_kernels_and_leaves_out_its_flush(monkeypatch):

@@ -298,7 +298,8 @@ def test_unsupported_cases_are_recorded_not_passed(tmp_path, broken):
 
 @pytest.mark.parametrize("argv,message", [
     (["--suite", "nosuch", "--backend", "torch"], "unknown suite 'nosuch'"),
-    (["--suite", "smoke", "--backend", "torch", "--case", "smoke/nosuch/0"], "no case 'smoke/nosuch/0'"),
+    (["--suite", "smoke", "--backend", "torch", "--case", "smoke/nosuch/0"],
+     "--case: no case or group 'smoke/nosuch/0'"),
     (["--suite", "smoke", "--backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--suite", "smoke", "--backend", "missing.py:X"], "file not found: missing.py"),
     (["--suite", "smoke", "--backend", "BROKEN:nothing"], "has no attribute 'nothing'"),

@@ -113,8 +113,11 @@ def test_one_case_selectable_by_id(tmp_path):
     assert [c.id for c in chosen] == ["mine/grid/7"]
     assert chosen[0] == suite.cases[7]
     assert C.select([suite], None) == suite.cases
-    with pytest.raises(InputError, match=r"no case 'mine/grid/99' in suite\(s\) mine"):
+    with pytest.raises(InputError, match=r"--case: no case or group 'mine/grid/99' in suite\(s\) mine"):
         C.select([suite], "mine/grid/99")
+    assert C.select([suite], "mine/grid/7,mine/grid/2,mine/grid/7") == [suite.cases[7], suite.cases[2]]
+    grid = [c for c in suite.cases if c.id.startswith("mine/grid/")]
+    assert len(grid) == 12 and C.select([suite], "mine/grid") == grid     # a group: every case of it, in order
 
 
 def test_case_is_rebuilt_from_id_and_seed(tmp_path):
