@@ -169,3 +169,18 @@ def test_sglang_split_policy_of_a_gpu_runs_and_passes():
     assert splits[0] > splits[1]                                   # the long request gets more splits
     row = run_case(case("decode", "700,3,129", heads=16), backend, "sglang-triton", "cpu")
     assert row["status"] == "pass", row.get("messages")
+
+
+def test_decode_with_one_head_rounds_each_product_and_misses_its_lse_bound():
+    """One query head (kv_group_num 1) takes ``_fwd_kernel_stage1``, whose scores are
+    ``tl.sum((q[None, :] * k).to(tl.float32), 1)``: each product rounded to fp16 before the float32 sum.  On
+    outlier-channel KV its LSE leaves the fp16 bound, hundreds of times its float32 floor; two heads (the
+    grouped kernel, a float32 dot) pass near their floor on the same values (docs/kernel-findings.md, 18)."""
+    rows = {}
+    for heads in (1, 2):
+        c = dataclasses.replace(case("decode", "300,90,170", heads=heads), kv_values="latent")
+        rows[heads] = run_case(c, load_backend("sglang-triton"), "sglang-triton", "cpu")
+    one, two = rows[1], rows[2]
+    assert one["status"] == "fail" and "lse.element" in one["failed_checks"], one.get("messages")
+    assert one["metrics"]["noise_floor"]["lse"]["over_floor"] > 100
+    assert two["status"] == "pass" and two["metrics"]["noise_floor"]["lse"]["over_floor"] < 10
