@@ -6,7 +6,7 @@
 site=""
 # a wheel set holds a *.dist-info; the cache root (.site/mvc) does not, and its flashinfer/ folder on the path
 # would import as an empty flashinfer package
-for d in "$PWD"/.site/*/; do compgen -G "$d*.dist-info" >/dev/null && site="$site:${d%/}"; done
+for d in "$PWD"/.site/*/; do ls -d "$d"*.dist-info >/dev/null 2>&1 && site="$site:${d%/}"; done
 export PYTHONPATH="$PWD$site" PYTHONUNBUFFERED=1
 export MLA_VERIFY_CACHE=${MLA_VERIFY_CACHE:-$PWD/.site/mvc}
 export MLA_VERIFY_COMMIT=${MLA_VERIFY_COMMIT:-$(cat .commit 2>/dev/null || echo unknown)}
