@@ -1,4 +1,5 @@
-"""Importing a kernel package: what it imports only for what the harness never calls stays hidden."""
+"""Importing a kernel package: what it imports only for what the harness never calls stays hidden, and a folder
+that merely shares its name is not taken for it."""
 
 import sys
 
@@ -41,7 +42,6 @@ def test_a_hidden_package_already_imported_is_left_visible(tmp_path, monkeypatch
     monkeypatch.setitem(optional.HIDDEN_WHILE_IMPORTING, "kernelpkg", ("heavypkg",))
     module, _ = optional.try_import("kernelpkg")
     assert module.PATCHED is True
-
 
 
 def test_a_folder_named_like_the_package_is_not_the_package(tmp_path, monkeypatch):
