@@ -61,9 +61,10 @@ class Outcome:
     def raised(cls, phase: str, error: BaseException) -> "Outcome":
         """An exception: the kernel's ``error`` in its own phase, a ``harness_error`` in any other."""
         lines = [line for line in f"{type(error).__name__}: {error}".splitlines() if line.strip()]
-        # one line; where the message runs on (Triton's CompilationError: "at 128:21:", the source, then the
-        # error) its last line too, and the whole message in the details
-        message = (lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1].strip()}")[:500]
+        # one line; where that line only announces what follows (Triton's CompilationError: "at 128:21:", the
+        # source, then the error) the last line too.  The whole message goes in the details.
+        announces = len(lines) > 1 and lines[0].rstrip().endswith(":")
+        message = (f"{lines[0]} … {lines[-1].strip()}" if announces else lines[0])[:500]
         frames = {"phase": phase, "traceback": last_frames(error),
                   **({"message": "\n".join(lines)[:4000]} if len(lines) > 1 else {})}
         if phase == KERNEL:

@@ -124,3 +124,8 @@ def test_an_error_whose_message_runs_on_keeps_its_last_line_in_the_reason_and_al
     assert outcome.details["message"].splitlines()[2].strip() == "qk += tl.dot(q_tail, kv_tail)"
     one_line = Outcome.raised("kernel", RuntimeError("CUDA error: an illegal memory access"))
     assert one_line.reason == "RuntimeError: CUDA error: an illegal memory access" and "message" not in one_line.details
+    # torch's CUDA errors run on with advice: the first line says what happened, and stays alone in the reason
+    cuda = Outcome.raised("kernel", RuntimeError("CUDA error: an illegal memory access was encountered\n"
+                                                 "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."))
+    assert cuda.reason == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert cuda.details["message"].endswith("device-side assertions.")
