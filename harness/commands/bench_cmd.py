@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..planning.cases import select
 from ..recording.results import ResultsWriter
 from ..recording.status import EXIT_FAILURES, Verdict, verdict_of
 from .run_cmd import device_asked, load_suites
@@ -70,6 +69,7 @@ def main(args) -> int:
         raise InputError(f"--warmup: must be 0 or more, got {args.warmup}")
     if args.cross_check and (why := crosscheck.available()):
         raise InputError(why)
+    from ..planning.cases import select  # torch: not while the parser is built
     cases = select(load_suites(args.suite), args.case)
     backends = load_backends(args.backend or ("auto" if device == "cuda" else "torch,reference"))
     iters, warmup = GPU_ITERS if device == "cuda" else CPU_ITERS
