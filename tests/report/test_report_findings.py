@@ -282,3 +282,19 @@ def test_nothing_on_the_first_screen_is_clipped(files, name):
     d, reports = files
     _, html, _ = reports[name]
     assert title_after_load(d / f"{name}-clip", html, CLIPPED) == []
+
+
+def test_the_scoreboard_gives_each_backends_worst_error_over_its_floor_passing_rows_too(files):
+    """Every compared row carries its noise floor, so a backend whose every row passes still has a worst
+    error over its floor, read from its rows: the clean torch backend near 1x, the mutants far beyond."""
+    _, reports = files
+    path, html, data = reports["multi"]
+    rows = read_rows(path)
+    for line in data.scoreboard:
+        mine = [r["metrics"]["noise_floor"] for r in rows if r["backend"] == line.backend and r["status"] == "pass"]
+        ratios = [t["over_floor"] for f in mine for name, t in f.items() if name != "emulation" and t["over_floor"]]
+        if line.backend == "torch":
+            assert mine and line.counts["fail"] == 0 and line.over_floor == max(ratios) < 10
+        else:
+            assert line.over_floor > 100, (line.backend, line.over_floor)
+    assert html.count("×</tr>") >= len(data.scoreboard)       # each line's last cell, the floor: filled, not "–"
