@@ -16,6 +16,7 @@ import sys
 import time
 
 from . import commands
+from .allocator import keep_freed_blocks
 from .cores import passive_openmp
 from .errors import InputError
 from .interrupts import watch_sigint
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()     # the summary's wall time counts from here: start-up and workers included
     watch_sigint()       # a user's Ctrl-C stops the run; a kernel's own KeyboardInterrupt is its case's error
     passive_openmp()     # before any command imports torch
+    keep_freed_blocks()  # the oracle's large blocks reused, not faulted in again (allocator.py)
     try:
         args = parse(argv)
         args.started = started

@@ -26,8 +26,8 @@ PACKAGES = ("reference", "harness")
 # drives the scenarios; the subcommands' own packages, the commands and the CLI come last.
 LAYERS = [
     ["reference"],                       # the oracles: torch only
-    ["harness.errors", "harness.interrupts", "harness.cores", "harness.jit_cache", "harness.environment",
-     "harness.phases"],
+    ["harness.errors", "harness.interrupts", "harness.cores", "harness.allocator", "harness.jit_cache",
+     "harness.environment", "harness.phases"],
     ["harness.planning"],
     ["harness.fast"],
     ["harness.building"],

@@ -11,6 +11,7 @@ from the installed mla-verify.
 import dataclasses
 import socket
 
+from ..allocator import keep_freed_blocks
 from ..cores import passive_openmp
 from ..running.runner import RunSummary
 
@@ -23,6 +24,7 @@ class CampaignActor:
         ``run`` would for this node's GPUs); ``refusal(case, backend, device, memory)``: why a case would
         not run here (``list_cmd.why_not_run``, passed in, as this layer may not import the commands)."""
         passive_openmp()             # before torch loads OpenMP, as in the CLI
+        keep_freed_blocks()
         import torch
 
         from ..running.backend_loader import load_backend

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from ..allocator import keep_freed_blocks
 from ..cores import cpu_threads, passive_openmp, usable_cores
 from ..errors import InputError
 from ..recording.status import Status
@@ -74,6 +75,7 @@ def serve(conn, progress, warm=False, pin=None, output=None):
     if pin is not None:
         os.environ[PIN_ENV] = pin
     passive_openmp()          # before torch loads OpenMP: a spare may start before the CLI's own call
+    keep_freed_blocks()
     import torch  # the slow imports, made while the parent (which started a spare early) makes its own
     if warm:      # free memory was measured before this process started (gpu_memory)
         try:
