@@ -56,8 +56,10 @@ RAISES = textwrap.dedent('''
 
 
 def as_from_a_terminal():
-    """A child's SIGINT back to the default, as a shell with job control starts its commands."""
+    """A child's SIGINT and SIGHUP back to their defaults, as a shell with job control starts its commands
+    (the test itself may run under ``nohup``, which ignores SIGHUP, and a child inherits that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def interrupted_run(args: list, ready, signum=signal.SIGINT, **env) -> tuple[int, str]:
