@@ -4,7 +4,7 @@ By default glibc hands an allocation above its mmap threshold (128 KiB, rising t
 are freed) a fresh mapping and unmaps it when it is freed, so each of the oracle's large float64 blocks (a
 163,840-token context is 754 MB of keys) is faulted in again, page by page, every time.  From the heap, a
 freed block is reused as it is.  On the 2-core CPU machine ``scale,sparse`` on the torch backend took 34.0 s
-by default and 26.7 s with the thresholds below (docs/speed.md).  Blocks past ``MMAP_THRESHOLD`` are still
+by default and 26.9 and 27.1 s with the thresholds below (docs/speed.md).  Blocks past ``MMAP_THRESHOLD`` are still
 mapped apart, and past ``TRIM_THRESHOLD`` of free heap is given back, so a process keeps at most that much
 unused.  Where the C library is not glibc (macOS, musl) nothing changes.  Nothing here imports torch.
 """
