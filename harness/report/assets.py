@@ -87,6 +87,7 @@ border-radius:6px;padding:12px 16px;margin:14px 0}
 .dd .top{font-size:12px;font-weight:400;margin-left:10px}
 .sub{color:var(--mute);margin:0 0 4px;font-size:12.5px}
 ul.msg{margin:6px 0;padding-left:18px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+pre.msg{margin:6px 0;padding:6px 8px;background:#f2f4f7;font-size:11px;white-space:pre-wrap;overflow-wrap:anywhere}
 .checks{margin:8px 0}.checks th small{display:block;font-weight:400;color:var(--mute);font-size:11px;
 font-family:ui-monospace,Menlo,Consolas,monospace}
 .checks td.ok{color:var(--pass)}.checks td.bad{color:var(--fail);font-weight:600}

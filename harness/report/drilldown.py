@@ -116,6 +116,8 @@ def render(i: int, row: dict, frame_row) -> str:
                    f'{" · " + esc(grew) if grew else ""}</p>')
     lines = row.get("messages") or [f"{row['case_id']}: {status}: {row.get('reason')}"]
     out.append('<ul class="msg">' + "".join(f"<li>{esc(m)}" for m in lines) + "</ul>")
+    if row.get("message"):      # an exception whose message ran on (Triton's CompilationError): all of it
+        out.append(f'<pre class="msg">{esc(row["message"])}</pre>')
     out.append(f'<p class="rr">rerun <code>{esc(row.get("rerun", ""))}</code></p>')
     out.append(_checks_table(metrics))
     fp8 = "out_end_to_end" in metrics

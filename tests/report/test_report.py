@@ -75,7 +75,8 @@ class Broken(TorchBackend):
 
     def finalize(self, inputs, out, lse):
         if inputs.batch_size == 5:
-            raise RuntimeError("simulated launch failure; see https://example.invalid/help")
+            raise RuntimeError("simulated launch failure; see https://example.invalid/help\\n"
+                               "  the kernel's line 12\\nsimulated detail")    # a message that runs on
         if inputs.is_fp8:
             out = out * 1.1                          # a wrong scale: fails the cosine bound
         return super().finalize(inputs, out, lse)
@@ -240,7 +241,8 @@ def test_failing_cases_get_drilldowns(runs):
         row = next(r for r in bad if r["case_id"] in sec.one("h3").content())
         assert row["rerun"] in text
         if row["status"] == "error":
-            assert "simulated launch failure" in text
+            assert "simulated launch failure" in text and "simulated detail" not in row["reason"]
+            assert sec.one("pre", cls="msg").content().splitlines()[-1] == "simulated detail"   # all of it here
             continue
         assert len(list(sec.all("svg", cls="hm"))) == 2            # out and LSE, heads x query tokens
         assert "error along KV position" in text
