@@ -51,7 +51,7 @@ import dataclasses
 
 import torch
 
-from reference import descale_scalar
+from reference import descale_scalar, quantize_fp8
 
 from ..building.inputs import Inputs, model_dtype_of, used_pages
 from ..building.pool import pages_for, token_index
@@ -83,11 +83,11 @@ def kernel_view(inputs: Inputs, capabilities) -> Inputs:
 
 def cast_as_triton(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``values`` cast to an fp8 ``dtype`` as a Triton kernel's ``.to()`` does on the GPU: saturating at the
-    dtype's largest finite value (PTX ``cvt.rn.satfinite``), NaN kept.  Clamped first, so no torch version's
-    overflow rule decides it: with the H200's torch 2.11 two fuzz rows of ``large`` q past e4m3's 448 had a NaN
-    reference where SGLang's Triton decode answered finite (the CPU's torch 2.13 saturates)."""
-    top = torch.finfo(dtype).max
-    return values.float().clamp(-top, top).to(dtype)
+    dtype's largest finite value (PTX ``cvt.rn.satfinite``), NaN kept: the engine's quantisation at scale 1
+    (``reference.quantize_fp8``), so no torch version's overflow rule decides it.  With the H200's torch 2.11
+    two fuzz rows of ``large`` q past e4m3's 448 had a NaN reference where SGLang's Triton decode answered
+    finite (the CPU's torch 2.13 saturates)."""
+    return quantize_fp8(values, 1.0, dtype)
 
 
 def _cast_nope_view(inputs: Inputs) -> Inputs:
