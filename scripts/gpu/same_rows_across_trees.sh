@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Do two trees give the same rows?  A suite under another commit's tree (.base, unpacked with
 # `git archive REV | tar -x -C .base` and carried with the checkout) and under this one, each run's cases/s
-# printed, then same_rows.py between the two results files (env, placement and backend_info.profile left out:
+# printed, then same_rows.py between the two results files (env, placement and backend_info.profile dropped:
 # the first differs by design, the others are absent from older trees' rows).
 # Usage: [SUITE=flashmla-upstream] [BACKEND=flashmla] [ROUNDED=key,..] [CLOSE=rel] [DROP=key,..] [SHARED=1]
 #        [OUT=dir] bash scripts/gpu/same_rows_across_trees.sh     (exit: same_rows.py's; 2 without .base)
@@ -29,19 +29,9 @@ run() {   # run NAME DIR: the matrix from DIR (python -m puts the working direct
 }
 run before "$root/.base"
 run after "$root"
-python3 - "$OUT/trees/before.jsonl" "$OUT/trees/after.jsonl" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    rows = [json.loads(line) for line in open(path)]
-    with open(path.replace(".jsonl", "-noenv.jsonl"), "w") as f:
-        for r in rows:
-            r.pop("env", None)
-            r.pop("placement", None)
-            (r.get("backend_info") or {}).pop("profile", None)
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-PY
-python3 scripts/gpu/same_rows.py "$OUT/trees/before-noenv.jsonl" "$OUT/trees/after-noenv.jsonl" ${ROUNDED:+--ignore "$ROUNDED"} \
-  ${CLOSE:+--close "$CLOSE"} ${DROP:+--drop "$DROP"} ${SHARED:+--shared}
+# env differs by design; placement and backend_info.profile are absent from older trees' rows
+python3 scripts/gpu/same_rows.py "$OUT/trees/before.jsonl" "$OUT/trees/after.jsonl" --drop "env,placement,profile${DROP:+,$DROP}" \
+  ${ROUNDED:+--ignore "$ROUNDED"} ${CLOSE:+--close "$CLOSE"} ${SHARED:+--shared}
 rc=$?
 echo "same_rows rc=$rc"
 exit "$rc"
