@@ -34,14 +34,17 @@ from .worker_process import kill_worker, worker_job
 __all__ = ["MemoryGate", "hand_out", "run_isolated"]
 
 
-def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=()):
+def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), held: bool = False):
     """Give each idle worker of ``place``'s set in ``pool`` its next chunk from ``todo`` where memory
-    allows; with none left it may run, retire it.  Where no chunk fits, the idle workers that kept a
+    allows; with none left it may run, retire it, unless chunks are ``held`` back for later (then it waits).
+    Where no chunk fits, the idle workers that kept a
     cache are told to empty it.  Memory is the set's own (one GPU's): other sets' workers do not count."""
     mine = [w for w in pool if getattr(w, "place", None) is place]
     allowed = (lambda chunk: placement.may_run(chunk, place, sets)) if sets else None
     for w in mine:
         if not w.idle():
+            continue
+        if not todo and held:
             continue
         if not todo or (allowed is not None and not any(map(allowed, todo))):
             w.retire()
@@ -61,7 +64,7 @@ def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=()):
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None,
-                 pool: WorkerPool | None = None, later=(), on_release=None) -> list:
+                 pool: WorkerPool | None = None, later=(), on_release=None, waits_on=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
@@ -72,19 +75,20 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     ``sets``: one ``placement.WorkerSet`` per GPU, ``workers`` processes each, each with its memory
     gate; without, one set on the default device gated by ``memory``.  ``pool``: the run's
     ``WorkerPool`` (its spares are used, its retiring workers are left to it); without, one of this call's.
-    ``later``: chunks held back until every chunk of ``chunks`` is done (``warm_up``), then ``on_release()``.
+    ``later``: chunks held back (``warm_up``): each until the rows of the cases ``waits_on(chunk)`` names (a set of
+    case ids, all of ``chunks`` by default) are in; ``on_release()`` once every case of ``chunks`` has its row.
     """
     if pool is None:
         with WorkerPool() as own:
             return run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers, timeout_s,
-                                startup_timeout_s, memory, stop, sets, own, later, on_release)
+                                startup_timeout_s, memory, stop, sets, own, later, on_release, waits_on)
     sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
     for s in sets:
         s.memory = s.memory or MemoryGate()
     job = worker_job(backend_spec, device, run_chunk, workers * len(sets))
     run = _Run([list(c) for c in chunks if c], sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s,
                pool)
-    run.later, run.on_release = [list(c) for c in later if c], on_release
+    run.hold([list(c) for c in later if c], on_release, waits_on)
     first = min(workers * len(sets), len(run.todo) + len(run.later))
     working = [run.start(sets[i % len(sets)]) for i in range(first)]
     try:
@@ -110,7 +114,22 @@ class _Run:
         self.on_row, self.crash_row, self.stop, self.startup_timeout_s = on_row, crash_row, stop, startup_timeout_s
         self.pool = pool
         self.never_started = []
-        self.later, self.on_release = [], None     # held back until ``todo`` is done (``release``)
+        self.later, self.on_release = [], None     # held back until the rows they wait on are in (``release``)
+        self.first, self.waits_on = set(), None    # the case ids of the chunks run first, not yet recorded
+
+    def hold(self, later: list, on_release, waits_on):
+        """Hold ``later`` back: each chunk until the cases ``waits_on(chunk)`` names have their rows (by default
+        every case handed out first)."""
+        self.later, self.on_release = later, on_release
+        if later:
+            self.first = {case.id for chunk in self.todo for case in chunk}
+            self.waits_on = waits_on or (lambda chunk: self.first)
+            recorded = self.on_row
+
+            def on_row(row):
+                self.first.discard(row["case_id"])
+                recorded(row)
+            self.on_row = on_row
 
     def start(self, place) -> Worker:
         return Worker(self.job, self.startup_timeout_s, place, self.pool)
@@ -123,21 +142,25 @@ class _Run:
             self.later.clear()
 
     def release(self, working: list):
-        """The chunks held back, once no chunk before them waits or runs (a crashed one's cases included)."""
-        if self.later and not self.todo and all(w.chunk is None for w in working):
-            self.todo, self.later = self.later, []
-            if self.on_release is not None:
-                self.on_release()
+        """Each chunk held back once every case it waits on has its row (a crashed one's included), in order;
+        ``on_release`` once every first case has."""
+        if not self.later:
+            return
+        ready = [chunk for chunk in self.later if not self.waits_on(chunk) & self.first]
+        if ready:
+            self.later = [chunk for chunk in self.later if self.waits_on(chunk) & self.first]
+            self.todo.extend(ready)
+        if not self.first and self.on_release is not None:
+            self.on_release()
+            self.on_release = None
 
     def assign(self, working: list):
         """Chunks to the idle workers of each GPU in the run; a lost GPU's idle workers retire; on several
         GPUs, a worker started where a waiting chunk has none that may take it.  While chunks are held
         back (``release``), an idle worker waits for them."""
-        if self.later and not self.todo:
-            return
         several = len(self.sets) > 1
         for s in placement.live(self.sets) if several else self.sets:
-            hand_out(self.todo, working, s.memory, s, self.sets if several else ())
+            hand_out(self.todo, working, s.memory, s, self.sets if several else (), held=bool(self.later))
         for s in self.sets:            # a lost GPU's idle workers get nothing more
             if s.lost is not None:
                 for w in [w for w in working if w.place is s and w.idle()]:

@@ -127,7 +127,9 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         never_run = isolation.run_isolated(first or chunks, backend_spec, device, rec.record, rec.lost_row,
                                            run_chunk, workers=workers, timeout_s=timeout_s,
                                            stop=lambda: rec.breaker.tripped, sets=sets, pool=pool,
-                                           later=chunks if first else (), on_release=rec.warmed)
+                                           later=chunks if first else (), on_release=rec.warmed,
+                                           waits_on=warm_up.waits_on([c for chunk in first for c in chunk],
+                                                                     backend.compiled_per))
         rec.warmed()          # where every case was a variant's first, nothing was held back to release
     else:
         never_run = _run_here(first, rec, sets[0])

@@ -4,8 +4,9 @@ A JIT kernel (Triton's, FlashInfer's) builds one binary per variant, the case fi
 ``compiled_per``, on its first call in a process, and keeps it in the cache root's folders (``jit_cache``),
 which every worker shares.  Handed out in the order of the suites, every worker meets the variants one by one
 and builds each itself, in parallel with the others building the same ones.  So the run first hands out one
-case per variant, each alone, spread over the workers, and holds the rest back until all of them are done
-(``isolation``): each variant is built once, by one worker, and the fan-out finds it in the cache.  These
+case per variant, each alone, spread over the workers, and holds each other case back until the first case of
+its own variant is done (``isolation``): each variant is built once, by one worker, and its other cases find it
+in the cache, while the cases of the variants already built keep the other workers busy.  These
 are the run's own cases, recorded like any other; their rows say ``warm_up`` (their kernel time holds the
 build) and the console gives the warm-up's wall time apart.
 """
@@ -27,3 +28,12 @@ def first_of_each(cases: list, fields: tuple) -> tuple[list, list]:
         (rest if key in seen else first).append(case)
         seen.add(key)
     return first, rest
+
+
+def waits_on(first: list, fields: tuple):
+    """For a chunk of the other cases, the ids of the first cases it waits on: one per variant it holds."""
+    first_of = {variant(case, fields): case.id for case in first}
+
+    def of(chunk) -> set:
+        return {first_of[variant(case, fields)] for case in chunk}
+    return of

@@ -109,7 +109,9 @@ def test_rows_without_placement_still_load_by_their_environment(base, tmp_path):
 
 def test_a_cpu_run_beside_one_gpu_model_is_one_model(base, tmp_path):
     good, _ = base
-    cpu = write(tmp_path / "cpu.jsonl", [dict(r, backend=KERNEL) for r in good.values()])
+    # a CPU run's rows whatever machine ran the base run (on a GPU box its env names that box's GPU)
+    cpu_rows = [dict(r, backend=KERNEL, env={**r["env"], "gpu": None}) for r in good.values()]
+    cpu = write(tmp_path / "cpu.jsonl", [{k: v for k, v in r.items() if k != "placement"} for r in cpu_rows])
     gpu = write(tmp_path / "gpu.jsonl", [on_gpu(r, H200, 0) for r in good.values()])
     _, data = write_report([cpu, gpu], tmp_path / "r.html")
     assert len(data.df) == len(good) and data.superseded == len(good)    # the later (GPU) rows win

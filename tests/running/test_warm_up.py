@@ -1,5 +1,5 @@
 """Compile once (``running/warm_up``): the first case of each kernel variant runs before the rest, each
-alone, spread over the workers, and the rest wait until every one of them is done."""
+alone, spread over the workers, and each other case waits until its own variant's first case is done."""
 
 import dataclasses
 import json
@@ -25,7 +25,8 @@ PLUGIN = textwrap.dedent('''
 
     class Compiling(TorchBackend):
         """Notes when each call starts and ends; a variant seen for the first time in this process
-        "compiles" for 0.3 s; with CRASH_HEADS set, the first call with that many heads kills its worker."""
+        "compiles" for 0.3 s (2 s for SLOW_HEADS heads); with CRASH_HEADS set, the first call with that many heads
+        kills its worker."""
         name = "compiling"
         compiled_per = ("heads",)
         built = set()
@@ -39,7 +40,7 @@ PLUGIN = textwrap.dedent('''
                 open(mark, "w").close()
                 os.kill(os.getpid(), 9)
             if heads not in self.built:
-                time.sleep(0.3)
+                time.sleep(2.0 if os.environ.get("SLOW_HEADS") == str(heads) else 0.3)
                 self.built.add(heads)
             with open(os.path.join(os.environ["NOTES_DIR"], f"calls-{os.getpid()}"), "a") as f:
                 f.write(json.dumps({"heads": heads, "start": start, "end": time.monotonic()}) + "\\n")
@@ -47,12 +48,14 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS):
+def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS, slow_heads=None):
     notes = tmp_path / "notes"
     notes.mkdir(parents=True)
     monkeypatch.setenv("NOTES_DIR", str(notes))
     if crash_heads is not None:
         monkeypatch.setenv("CRASH_HEADS", str(crash_heads))
+    if slow_heads is not None:
+        monkeypatch.setenv("SLOW_HEADS", str(slow_heads))
     suite_file = tmp_path / "w.toml"
     suite_file.write_text(heads_keyed_suite(seed=3, drafts=2, heads=heads))
     plugin = tmp_path / "compiling.py"
@@ -91,17 +94,37 @@ def warmed(tmp_path_factory):
         return _run(tmp_path_factory.mktemp("warmed"), monkeypatch, workers=2)
 
 
-def test_no_held_back_case_starts_before_every_variant_is_built(warmed):
+def _firsts_and_rest(calls):
+    """The first call of each variant (by heads) and every later call."""
+    first, rest = {}, []
+    for call in sorted(calls, key=lambda c: c["start"]):
+        if call["heads"] in first:
+            rest.append(call)
+        else:
+            first[call["heads"]] = call
+    return first, rest
+
+
+def test_no_held_back_case_starts_before_its_variant_is_built(warmed):
     summary, calls = warmed
     assert len(summary.rows) == len(HEADS) and {r["status"] for r in summary.rows} == {"pass"}
     warm = [r for r in summary.rows if r.get("warm_up")]
     assert sorted(r["heads"] for r in warm) == [4, 5, 6] and summary.warm_up_cases == 3
-    first_calls = sorted(calls, key=lambda c: c["start"])[:3]
-    assert sorted(c["heads"] for c in first_calls) == [4, 5, 6]
-    held_back_start = min(c["start"] for c in sorted(calls, key=lambda c: c["start"])[3:])
-    assert held_back_start >= max(c["end"] for c in first_calls)
+    first, rest = _firsts_and_rest(calls)
+    assert sorted(first) == [4, 5, 6] and len(rest) == len(HEADS) - 3
+    assert all(call["start"] >= first[call["heads"]]["end"] for call in rest)
     assert 0 < summary.warm_up_seconds < summary.seconds
     assert "s of it the warm-up of 3 kernel variant(s), their kernel phase" in time_line(summary)
+
+
+def test_the_variants_built_keep_a_worker_busy_while_a_slow_one_builds(tmp_path, monkeypatch):
+    summary, calls = _run(tmp_path, monkeypatch, workers=2, slow_heads=6)
+    first, rest = _firsts_and_rest(calls)
+    assert {r["status"] for r in summary.rows} == {"pass"} and sorted(first) == [4, 5, 6]
+    assert all(call["start"] >= first[call["heads"]]["end"] for call in rest)
+    # the 4- and 5-head cases did not wait for the 6-head build (2 s)
+    assert any(call["start"] < first[6]["end"] for call in rest if call["heads"] != 6)
+    assert summary.warm_up_seconds >= 2.0
 
 
 def test_without_the_warm_up_no_row_says_warm_up_and_the_rows_are_the_same(warmed, tmp_path, monkeypatch):
