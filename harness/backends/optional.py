@@ -13,6 +13,8 @@ import warnings
 from contextlib import contextmanager
 from functools import cache
 
+from . import process_state
+
 # Packages a kernel package imports only for what the harness never calls, hidden while it imports.  SGLang's
 # package __init__ imports transformers only to patch it for loading Hugging Face models (sglang 0.5.23,
 # srt/utils/hf_transformers_patches.py: apply_all is a "No-op when the ``transformers`` package is not
@@ -24,13 +26,17 @@ HIDDEN_WHILE_IMPORTING = {"sglang": ("transformers",)}
 def try_import(module_name: str):
     """``(module, None)`` or ``(None, "module: ExcType: first line")``.  Warnings a package raises while it
     imports (a dependency's version notice) are its own, not mla-verify's: they stay off the console."""
+    package = module_name.partition(".")[0]
+    before = process_state.snapshot() if package not in sys.modules else {}
     try:
-        with warnings.catch_warnings(), _hidden(module_name.partition(".")[0]):
+        with warnings.catch_warnings(), _hidden(package):
             warnings.simplefilter("ignore")
             module = importlib.import_module(module_name)
     except Exception as e:   # a wheel for another torch/CUDA fails with OSError, RuntimeError, ...
         first = (str(e).splitlines() or [""])[0][:200]
         return None, f"{module_name}: {type(e).__name__}: {first}"
+    finally:
+        process_state.record(package, before)
     if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
         # a folder of that name on sys.path (a JIT's cache folder, say) imports as an empty namespace package
         return None, (f"{module_name}: a folder without __init__.py on sys.path ({', '.join(module.__path__)}), "

@@ -23,6 +23,7 @@ import torch
 from reference.batched import SHARED_MAX_KEYS
 
 from .. import scenarios
+from ..backends.process_state import as_imported_by
 from ..building.inputs import cache_seqlens_for, draw_seq_lens
 from ..errors import InputError, RejectedOutput, Unsupported
 from ..interrupts import is_the_codes_own
@@ -116,6 +117,7 @@ def run_chunk(cases: list[Case], backend, backend_spec: str, device: str, on_sta
     that loses the device is placed by running each case again alone.  ``waits`` says which, to
     every launch (``scenarios.start``).
     """
+    as_imported_by(backend)      # another backend's package may have replaced a shared function here
     waits = len(cases) == 1 or context_lost is None
     clocks = [PhaseClock() for _ in cases]
 

@@ -1,0 +1,59 @@
+"""What a kernel package's import changes in a module other packages share, undone for the other backends.
+
+A worker process serves backend after backend (``worker_pool``'s carry-over), and imports every kernel
+package of the run up front (its preload).  A package that replaces a function of a shared module when it
+imports changes what the others compute in that process.  SGLang 0.5.23 does: ``sglang/srt/utils/common.py``
+ends with ``setattr(triton, "next_power_of_2", next_power_of_2)``, its own version, which returns 1 for 0
+where Triton's returns 0.  FlagGems 5.0.2's ``flash_mla_sparse_fwd`` sizes the block of the key columns past
+512 with ``triton.next_power_of_2(d_qk - 512)``: 0 for DeepSeek V4's 512-wide records, so it skips that
+block; under SGLang's version it is 1, and Triton refuses to compile the block's ``tl.dot`` ("K >= 16").  So
+the same case passed alone and failed beside an SGLang backend (docs/kernel-findings.md).
+
+A row must not depend on which other backends shared its process: each backend's cases run with the shared
+modules as its own packages' imports leave them (``as_imported_by``), every other package's change undone.
+"""
+
+import importlib
+import importlib.util
+import sys
+
+SHARED = ("triton",)           # modules kernel packages share, whose top-level names a package may replace
+
+_original = {}                 # (module, name) -> the value before any kernel package replaced it
+_replaced = {}                 # top-level package -> {(module, name): the value its import left}
+
+
+def snapshot() -> dict:
+    """The top-level names of each shared module that is installed here, imported now so that a package's
+    import is seen replacing them (``record``)."""
+    shot = {}
+    for name in SHARED:
+        if name in sys.modules or importlib.util.find_spec(name) is not None:
+            try:
+                shot[name] = dict(vars(importlib.import_module(name)))
+            except Exception:      # a broken install: nothing of it to restore
+                continue
+    return shot
+
+
+def record(package: str, before: dict):
+    """Note what importing ``package`` changed in the shared modules since ``before`` (``snapshot``)."""
+    for module_name, names in before.items():
+        now = vars(sys.modules[module_name])
+        for name, value in now.items():
+            if name in names and names[name] is not value:
+                _original.setdefault((module_name, name), names[name])
+                _replaced.setdefault(package, {})[(module_name, name)] = value
+
+
+def as_imported_by(backend):
+    """The shared modules as ``backend``'s own packages leave them: every other package's replacement undone,
+    its own put back (it may follow a backend whose turn undid them)."""
+    if not _original:
+        return
+    own = {module.partition(".")[0] for module, _ in getattr(backend, "packages", ())}
+    values = dict(_original)
+    for package in own:
+        values.update(_replaced.get(package, {}))
+    for (module_name, name), value in values.items():
+        setattr(sys.modules[module_name], name, value)
