@@ -9,6 +9,7 @@ a new script without a check, or a check of a deleted one, fails ``test_every_sc
 """
 
 import base64
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -32,6 +33,7 @@ COVERED = {                          # script (under scripts/) -> the test file 
     "install_kernels.sh": HERE,
     "probe_flashmla.py": HERE,
     "screenshot_report.sh": "tests/report/test_report.py",      # and its --help here
+    "suite_from_rows.py": HERE,
     "synthetic_results.py": HERE,
     "gpu/bench.sh": HERE,
     "gpu/env.sh": HERE,
@@ -307,3 +309,22 @@ def test_synthetic_results_copies_rows_under_new_ids_and_stamps_a_gpu(tmp_path):
     ids = [r["case_id"] for r in rows]
     assert len(set(ids)) == 5 and all("#" in i for i in ids)
     assert {r["placement"]["name"] for r in rows} == {r["env"]["gpu"] for r in rows} == {"NVIDIA H100"}
+
+
+def test_suite_from_rows_gives_each_drawn_case_back_with_its_fields(tmp_path):
+    from harness.fuzz.draw import draw_case
+    from harness.planning.cases import load_suite
+    drawn = [draw_case(seed=5, index=i) for i in range(12)]
+    rows = [{"case_id": c.id, "backend": b, "status": "pass", "case": dataclasses.asdict(c)}
+            for c in drawn for b in ("torch", "other")] + [{"case_id": "x", "backend": "torch", "status": "pass"}]
+    out = tmp_path / "drawn.toml"
+    proc = run([sys.executable, str(SCRIPTS / "suite_from_rows.py"), str(rows_file(tmp_path / "r.jsonl", rows)),
+                str(out), "--backend", "torch"])
+    assert proc.returncode == 0, proc.stderr
+    loaded = load_suite(str(out)).cases
+    assert len(loaded) == len(drawn)        # each case once, though two backends ran it
+    for before, after in zip(drawn, loaded):
+        assert dataclasses.replace(after, id=before.id, seed=before.seed, suite_file="", tags=before.tags) == before
+    empty = run([sys.executable, str(SCRIPTS / "suite_from_rows.py"), str(tmp_path / "r.jsonl"), str(out),
+                 "--backend", "nobody"])
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "no row with a case" in empty.stderr
