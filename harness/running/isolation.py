@@ -121,7 +121,7 @@ class _Run:
         """Hold ``later`` back: each chunk until the cases ``waits_on(chunk)`` names have their rows (by default
         every case handed out first)."""
         self.later, self.on_release = later, on_release
-        if later:
+        if later or on_release is not None:
             self.first = {case.id for chunk in self.todo for case in chunk}
             self.waits_on = waits_on or (lambda chunk: self.first)
             recorded = self.on_row
@@ -144,8 +144,6 @@ class _Run:
     def release(self, working: list):
         """Each chunk held back once every case it waits on has its row (a crashed one's included), in order;
         ``on_release`` once every first case has."""
-        if not self.later:
-            return
         ready = [chunk for chunk in self.later if not self.waits_on(chunk) & self.first]
         if ready:
             self.later = [chunk for chunk in self.later if self.waits_on(chunk) & self.first]
