@@ -126,12 +126,25 @@ def time_line(summary) -> str:
     gpus = gpus_used(summary.rows)
     if len(gpus) > 1:            # run --gpus: which GPUs the workers were spread over
         where += f" {gpus_text(gpus)}"
+    busy = busy_share(summary)
+    if busy is not None:
+        where += f", busy {busy:.0%} of it"
     warm = warm_up_words(summary)
     wall = f"{summary.seconds:.1f} s wall" + (f" ({warm})" if warm else "")
     if summary.started is not None:     # the command's time so far: its imports and the workers' start-up too
         whole = time.perf_counter() - summary.started
         wall = f"{whole:.1f} s wall from the start ({summary.seconds:.1f} s running cases{', ' + warm if warm else ''})"
     return f"time: {wall} in {where}; summed over cases: {phases}; writing rows {summary.io_seconds:.2f} s"
+
+
+def busy_share(summary) -> float | None:
+    """How much of the workers' time running cases went to cases: the rows' own times (``wall_s``) over the
+    workers times the running time.  The rest is the workers waiting: on a backend's last, longest chunk, on
+    held-back cases, on memory, between backends.  None without workers or rows that ran."""
+    ran = [r.get("wall_s") or 0.0 for r in summary.rows if r.get("phase_ms")]
+    if not summary.workers or summary.seconds <= 0 or not ran:
+        return None
+    return sum(ran) / (summary.workers * summary.seconds)
 
 
 def warm_up_words(summary) -> str:
