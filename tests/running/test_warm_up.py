@@ -158,11 +158,11 @@ def test_a_run_whose_every_case_is_a_first_is_all_warm_up(tmp_path, monkeypatch)
     assert summary.warm_up_cases == 3 and 0 < summary.warm_up_seconds <= summary.seconds
 
 
-def test_the_time_line_says_how_busy_the_workers_were(tmp_path, monkeypatch):
+def test_the_time_line_says_how_busy_the_workers_were(warmed):
     rows = [{"case_id": f"s/g/{k}", "wall_s": 1.5, "phase_ms": {"kernel": 1.0}} for k in range(4)]
     rows.append({"case_id": "s/g/9", "status": "unsupported", "phase_ms": {}})     # never ran: no share
     assert ", busy 25% of it;" in time_line(RunSummary(rows=rows, workers=3, seconds=8.0))
     assert "busy" not in time_line(RunSummary(rows=rows, workers=0, seconds=8.0))  # in this process
-    summary, _ = _run(tmp_path, monkeypatch, workers=2, slow_heads=6)
+    summary, _ = warmed
     share = float(time_line(summary).split(", busy ")[1].split("%")[0])
     assert 0 < share <= 100
