@@ -16,6 +16,7 @@ modules as its own packages' imports leave them (``as_imported_by``), every othe
 import importlib
 import importlib.util
 import sys
+import types
 
 SHARED = ("triton",)           # modules kernel packages share, whose top-level names a package may replace
 
@@ -46,13 +47,18 @@ def _gpu_here() -> bool:
 
 
 def record(package: str, before: dict):
-    """Note what importing ``package`` changed in the shared modules since ``before`` (``snapshot``)."""
+    """Note which functions of the shared modules importing ``package`` replaced since ``before`` (``snapshot``):
+    a function, not a submodule or a setting the module itself may rebind as it loads more of itself."""
     for module_name, names in before.items():
         now = vars(sys.modules[module_name])
         for name, value in now.items():
-            if name in names and names[name] is not value:
+            if name in names and names[name] is not value and _a_function(names[name]):
                 _original.setdefault((module_name, name), names[name])
                 _replaced.setdefault(package, {})[(module_name, name)] = value
+
+
+def _a_function(value) -> bool:
+    return callable(value) and not isinstance(value, (type, types.ModuleType))
 
 
 def as_imported_by(backend):

@@ -82,3 +82,11 @@ def test_a_chunk_runs_with_the_original_after_another_backend_imported_the_repla
     assert run_chunk([case], backend, spec, "cpu")[0]["status"] == "pass"
     process_state.as_imported_by(_backend("patcher"))
     assert shared.size(0) == 1                                   # that backend still gets its package's own
+
+
+def test_a_submodule_or_setting_the_shared_module_rebinds_is_left_alone(shared):
+    before = process_state.snapshot()
+    shared.setting, shared.sub = "rebound", sys           # not functions: a module's own loading may do this
+    before["sharedmod"].update(setting="first", sub=pytest)
+    process_state.record("patcher", before)
+    assert process_state._original == {} and process_state._replaced == {}
