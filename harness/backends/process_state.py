@@ -66,7 +66,7 @@ def as_imported_by(backend):
     its own put back (it may follow a backend whose turn undid them)."""
     if not _original:
         return
-    own = {module.partition(".")[0] for module, _ in getattr(backend, "packages", ())}
+    own = {module.partition(".")[0] for module, _ in backend.packages}
     values = dict(_original)
     for package in own:
         values.update(_replaced.get(package, {}))

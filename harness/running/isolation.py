@@ -144,10 +144,10 @@ class _Run:
     def release(self, working: list):
         """Each chunk held back once every case it waits on has its row (a crashed one's included), in order;
         ``on_release`` once every first case has."""
-        ready = [chunk for chunk in self.later if not self.waits_on(chunk) & self.first]
-        if ready:
-            self.later = [chunk for chunk in self.later if self.waits_on(chunk) & self.first]
-            self.todo.extend(ready)
+        waiting = []
+        for chunk in self.later:
+            (waiting if self.waits_on(chunk) & self.first else self.todo).append(chunk)
+        self.later = waiting
         if not self.first and self.on_release is not None:
             self.on_release()
             self.on_release = None
