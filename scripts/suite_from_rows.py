@@ -3,7 +3,7 @@
     python scripts/suite_from_rows.py RESULTS.jsonl OUT.toml [--backend B]
 
 Every row keeps its case's definition (``case``).  Each distinct case becomes one group of OUT, with the
-fields a corpus file would write (``harness.fuzz.corpus.toml_fields``), in the order the rows came; with
+fields a corpus file would write (``harness.fuzz.corpus.groups_text``), in the order the rows came; with
 ``--backend`` only that backend's rows count.  A suite file seeds each case from its id, so OUT's cases have
 the same shapes, fields and value distributions as the campaign's, drawn from other seeds: comparable work,
 not the same numbers.  ``mla-verify run --suite OUT.toml --backend B`` then gives run's cases/s on them, to set
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.fuzz.corpus import toml_fields, toml_value  # noqa: E402
+from harness.fuzz.corpus import groups_text  # noqa: E402
 from harness.planning.case import Case  # noqa: E402
 from harness.recording.results_read import read_rows  # noqa: E402
 
@@ -34,14 +34,6 @@ def cases_of(rows, backend: str | None) -> list[Case]:
     return cases
 
 
-def suite_text(cases: list[Case], source: str) -> str:
-    lines = ["[suite]", f"description = {toml_value(f'the {len(cases)} case(s) of {source}')}", "seed = 0"]
-    for k, case in enumerate(cases):
-        lines += ["", "[[group]]", f"name = {toml_value(f'{k}')}"]
-        lines += [f"{name} = {toml_value(value)}" for name, value in toml_fields(case).items()]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results")
@@ -53,7 +45,9 @@ def main(argv=None) -> int:
         print(f"suite_from_rows.py: {args.results}: no row with a case definition"
               + (f" for backend {args.backend}" if args.backend else ""), file=sys.stderr)
         return 2
-    Path(args.out).write_text(suite_text(cases, Path(args.results).name))
+    text = groups_text([(str(k), case) for k, case in enumerate(cases)], 0,
+                       f"the {len(cases)} case(s) of {Path(args.results).name}")
+    Path(args.out).write_text(text)
     print(f"{len(cases)} case(s) -> {args.out}")
     return 0
 

@@ -54,10 +54,16 @@ def toml_fields(case: Case) -> dict:
 
 
 def suite_text(case: Case, suite_seed: int, description: str, notes: list[str]) -> str:
+    return groups_text([(GROUP, case)], suite_seed, description, notes)
+
+
+def groups_text(groups: list[tuple[str, Case]], suite_seed: int, description: str, notes=()) -> str:
+    """A suite file of one group per ``(name, case)``, each writing the case's ``toml_fields``."""
     lines = [f"# {note}" for note in notes]
-    lines += ["[suite]", f"description = {toml_value(description)}", f"seed = {suite_seed}", "",
-              "[[group]]", f"name = {toml_value(GROUP)}"]
-    lines += [f"{k} = {toml_value(v)}" for k, v in toml_fields(case).items()]
+    lines += ["[suite]", f"description = {toml_value(description)}", f"seed = {suite_seed}"]
+    for name, case in groups:
+        lines += ["", "[[group]]", f"name = {toml_value(name)}"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in toml_fields(case).items()]
     return "\n".join(lines) + "\n"
 
 
