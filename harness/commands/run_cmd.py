@@ -1,5 +1,7 @@
 """``mla-verify run``: run suites against one or more backends, write results, print a summary."""
 
+import dataclasses
+import functools
 import sys
 import time
 from dataclasses import dataclass
@@ -10,11 +12,11 @@ from ..errors import InputError
 from ..recording import junit
 from ..recording.results import ResultsWriter, check_distinct_outputs, check_output_path
 from ..recording.summary import auto_lines, print_summary
-from ..running import gpu_memory, gpus, placement, shards
+from ..running import gpus, overlap, placement, shards
 from ..running.circuit_breaker import MAX_TIMEOUTS, timeout_limit
 from ..running.worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
 from .run_resume import kept_on_resume, previous_rows  # noqa: F401  (previous_rows: for tests and callers)
-from .run_start import MeasuredAtStart, start_spares
+from .run_start import MeasuredAtStart, memory_before_the_spares_load, per_gpu_memory, start_spares
 
 # Light at import (no torch, nothing that imports it): the parser is built, and the spares started
 # (``run_start``), before ``main`` makes the heavy imports.  ``--chunk``'s default is ``chunk.CHUNK_CASES``;
@@ -137,7 +139,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     specs, auto_notes = _backend_specs(args, device)
     memory, measuring_s = None, 0.0
     if args.workers:
-        memory, measuring_s = _memory_before_the_spares_load(device, sets, at_start)
+        memory, measuring_s = memory_before_the_spares_load(device, sets, at_start)
         from ..running.chunk import run_chunk
         from ..running.worker_process import worker_job
         pool.load_in_spare(worker_job(specs[0], device, run_chunk, args.workers * len(sets)),
@@ -157,11 +159,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         print(f"mla-verify: {len(cases)} case(s) from {', '.join(s.name for s in suites)} on each of "
               f"{len(backends)} backends ({device}), one backend after another; results -> {path}", file=sys.stderr)
     with ResultsWriter(path, append=bool(args.resume)) as writer:
-        for spec, backend in backends:
-            _run_backend(the_run, writer, spec, backend, memory)
-            if not pool.carry_over:
-                memory = None        # the next backend's run measures for itself
-            at_start.per_gpu = None
+        _run_backends(the_run, writer, backends, memory)
     # every file is written (the results synced and closed above) before the verdict is printed
     if args.junit_xml:
         junit.write(args.junit_xml, summary.all_rows)
@@ -204,23 +202,6 @@ def _backend_specs(args, device: str) -> tuple[list[str], list[str]]:
     return specs, auto_notes
 
 
-def _memory_before_the_spares_load(device: str, sets, at_start: MeasuredAtStart):
-    """Free memory for the run and the seconds measuring took.  The spares load the first backend and
-    make their CUDA context while this process prepares the run, so free memory is measured first and
-    never depends on how far they got: before the spares started, where NVML could say
-    (``run_start``), else here, before they are told what to load."""
-    per_gpu = _per_gpu_memory(sets, at_start) if device == "cuda" and sets[0].pin is not None else None
-    if per_gpu is not None:
-        return per_gpu
-    whole = at_start.whole if device == "cuda" else None
-    if whole is not None:
-        return whole[:2], whole[2]
-    from ..running import resources
-    t0 = time.perf_counter()
-    memory = resources.available_bytes(device)
-    return memory, time.perf_counter() - t0
-
-
 @dataclass
 class _Run:
     """What every backend of one ``run`` shares."""
@@ -238,12 +219,29 @@ class _Run:
     backends: int             # how many run, one after another
 
 
-def _run_backend(r: _Run, writer, spec: str, backend, memory):
-    """One backend's cases, written to ``writer``; on resume, its rows kept from the file are not run again."""
+def _run_backends(r: _Run, writer, backends: list, memory):
+    """Every backend's cases: on one GPU (its workers carried over) side by side at the seams (``overlap``),
+    within ``--workers``; else (pinned sets measure each GPU again; resuming reads the file per backend) one
+    after another."""
+    if r.pool.carry_over and r.args.workers and len(backends) > 1 and not r.resuming:
+        r.pool.limit = r.args.workers * len(r.sets)
+        overlap.one_after_another([functools.partial(_run_backend, r, writer, spec, backend, memory)
+                                   for spec, backend in backends])
+        return
+    for spec, backend in backends:
+        _run_backend(r, writer, spec, backend, memory)
+        if not r.pool.carry_over:
+            memory = None        # the next backend's run measures for itself
+        r.at_start.per_gpu = None
+
+
+def _run_backend(r: _Run, writer, spec: str, backend, memory, drained=None, halt=None):
+    """One backend's cases, written to ``writer``; on resume, its rows kept from the file are not run again.
+    ``drained``, ``halt``: beside the backends before and after it (``overlap``)."""
     from ..running.runner import run_cases
     if memory is None and r.device == "cuda" and r.sets[0].pin is not None:
         r.pool.stop_spares()          # the last backend's workers gone, each GPU measured again
-        measured = _per_gpu_memory(r.sets, r.at_start)
+        measured = per_gpu_memory(r.sets, r.at_start)
         memory = measured[0] if measured else None
     kept = kept_on_resume(writer, backend, r.cases, r.path) if r.resuming else []
     r.summary.previous.extend(kept)
@@ -254,10 +252,8 @@ def _run_backend(r: _Run, writer, spec: str, backend, memory):
     run_cases(r.cases, backend, spec, r.device, writer, skip_ids={row["case_id"] for row in kept},
               progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
               timeout_s=args.timeout, summary=r.summary, row_extra=r.row_extra, chunk_cases=args.chunk,
-              memory=memory, max_timeouts=args.max_timeouts, sets=r.sets, pool=r.pool,
-              warm=r.device == "cuda" and not args.no_warm_up)
-    for s in r.sets:
-        s.lost, s.deaths = None, 0
+              memory=memory, max_timeouts=args.max_timeouts, sets=[dataclasses.replace(s) for s in r.sets],
+              pool=r.pool, warm=r.device == "cuda" and not args.no_warm_up, drained=drained, halt=halt)
 
 
 def worker_sets(args, device: str) -> list:
@@ -280,18 +276,3 @@ def worker_sets(args, device: str) -> list:
     if note:
         print(f"mla-verify: {note}", file=sys.stderr)
     return [placement.WorkerSet(pin, record) for pin, record in set_plan]
-
-
-def _per_gpu_memory(sets, at_start: MeasuredAtStart) -> tuple[tuple[int, str], float] | None:
-    """Each GPU's free memory for its set's gate, as NVML said before the spares started (``run_start``), else
-    now, before any spare is told its job; and the least of them, which every case must fit.  None where
-    NVML cannot say: the run then measures with torch, on its default GPU, for every set."""
-    t0 = time.perf_counter()
-    found = at_start.per_gpu or gpu_memory.free_memory_of(
-        [s.placement["gpu"] for s in sets])
-    if found is None:
-        return None
-    for s in sets:
-        s.available = found[s.placement["gpu"]][0]
-    least = min(sets, key=lambda s: s.available)
-    return found[least.placement["gpu"]], time.perf_counter() - t0

@@ -6,6 +6,7 @@ on how far the spares have got.  Nothing here imports torch: ``run_cmd.main`` ca
 before its heavy imports.
 """
 
+import time
 from dataclasses import dataclass
 
 from ..cores import cpu_workers, usable_cores
@@ -51,3 +52,35 @@ def start_spares(args, pool: worker_pool.WorkerPool) -> MeasuredAtStart:
     pins = [pin for pin, _ in sets]
     pool.start_spares(spares, warm=measured.before_spares, pins=pins)     # pins [None]: one set on the default device
     return measured
+
+
+def memory_before_the_spares_load(device: str, sets, at_start: MeasuredAtStart):
+    """Free memory for the run and the seconds measuring took.  The spares load the first backend and
+    make their CUDA context while this process prepares the run, so free memory is measured first and
+    never depends on how far they got: before the spares started, where NVML could say
+    (``start_spares``), else here, before they are told what to load."""
+    per_gpu = per_gpu_memory(sets, at_start) if device == "cuda" and sets[0].pin is not None else None
+    if per_gpu is not None:
+        return per_gpu
+    whole = at_start.whole if device == "cuda" else None
+    if whole is not None:
+        return whole[:2], whole[2]
+    from ..running import resources
+    t0 = time.perf_counter()
+    memory = resources.available_bytes(device)
+    return memory, time.perf_counter() - t0
+
+
+def per_gpu_memory(sets, at_start: MeasuredAtStart) -> tuple[tuple[int, str], float] | None:
+    """Each GPU's free memory for its set's gate, as NVML said before the spares started (``start_spares``), else
+    now, before any spare is told its job; and the least of them, which every case must fit.  None where
+    NVML cannot say: the run then measures with torch, on its default GPU, for every set."""
+    t0 = time.perf_counter()
+    found = at_start.per_gpu or gpu_memory.free_memory_of(
+        [s.placement["gpu"] for s in sets])
+    if found is None:
+        return None
+    for s in sets:
+        s.available = found[s.placement["gpu"]][0]
+    least = min(sets, key=lambda s: s.available)
+    return found[least.placement["gpu"]], time.perf_counter() - t0

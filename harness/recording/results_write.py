@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 
 from ..errors import InputError
@@ -61,6 +62,7 @@ class ResultsWriter:
         self.path = Path(path)
         self.rows_before: list[dict] = []
         self._failed = False
+        self._writing = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # "a" never truncates: the file is emptied only once the lock is ours
@@ -108,8 +110,9 @@ class ResultsWriter:
 
     def write_text(self, text: str):
         try:
-            self._f.write(text)
-            self._f.flush()
+            with self._writing:       # backends side by side write from their own threads
+                self._f.write(text)
+                self._f.flush()
         except OSError as e:
             self._failed = True
             raise InputError(f"cannot write results file {self.path}: {e.strerror or e}; the rows written "

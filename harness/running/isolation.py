@@ -34,11 +34,11 @@ from .worker_process import kill_worker, worker_job
 __all__ = ["MemoryGate", "hand_out", "run_isolated"]
 
 
-def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), held: bool = False):
+def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), held: bool = False, beside=()):
     """Give each idle worker of ``place``'s set in ``pool`` its next chunk from ``todo`` where memory
     allows; with none left it may run, retire it, unless chunks are ``held`` back for later (then it waits).
-    Where no chunk fits, the idle workers that kept a
-    cache are told to empty it.  Memory is the set's own (one GPU's): other sets' workers do not count."""
+    Where no chunk fits, the idle workers that kept a cache are told to empty it.  Memory is the set's own
+    (one GPU's): other sets' workers do not count; ``beside``, other backends' workers on it, do."""
     mine = [w for w in pool if getattr(w, "place", None) is place]
     allowed = (lambda chunk: placement.may_run(chunk, place, sets)) if sets else None
     for w in mine:
@@ -50,7 +50,7 @@ def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), he
             w.retire()
             pool.remove(w)
             continue
-        others = [o for o in mine if o is not w]
+        others = [o for o in mine if o is not w] + list(beside)
         alone = not any(o.may_hand_back() for o in others)
         i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone, allowed)
         if i is not None:
@@ -64,7 +64,8 @@ def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), he
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None,
-                 pool: WorkerPool | None = None, later=(), on_release=None, waits_on=None) -> list:
+                 pool: WorkerPool | None = None, later=(), on_release=None, waits_on=None, drained=None,
+                 halt=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
@@ -77,11 +78,14 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     ``WorkerPool`` (its spares are used, its retiring workers are left to it); without, one of this call's.
     ``later``: chunks held back (``warm_up``): each until the rows of the cases ``waits_on(chunk)`` names (a set of
     case ids, all of ``chunks`` by default) are in; ``on_release()`` once every case of ``chunks`` has its row.
+    ``drained()`` once every chunk is handed out (the next backend may start, ``overlap``); ``halt``: an event
+    that, set, ends the run as a Ctrl-C does.  At most ``pool.limit`` workers of every backend work at once.
     """
     if pool is None:
         with WorkerPool() as own:
             return run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers, timeout_s,
-                                startup_timeout_s, memory, stop, sets, own, later, on_release, waits_on)
+                                startup_timeout_s, memory, stop, sets, own, later, on_release, waits_on, drained,
+                                halt)
     sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
     for s in sets:
         s.memory = s.memory or MemoryGate()
@@ -89,16 +93,20 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     run = _Run([list(c) for c in chunks if c], sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s,
                pool)
     run.hold([list(c) for c in later if c], on_release, waits_on)
-    first = min(workers * len(sets), len(run.todo) + len(run.later))
-    working = [run.start(sets[i % len(sets)]) for i in range(first)]
+    working = []
     try:
-        while working:
+        while run.staff(working, workers * len(sets)):
+            if halt is not None and halt.is_set():
+                raise KeyboardInterrupt
             run.heed_stop()
             run.release(working)
             run.assign(working)
+            if drained is not None and not (run.todo or run.later):
+                drained()
             if not working:
-                break
-            ready = wait([w.conn for w in working] + [w.proc.sentinel for w in working], timeout=0.5)
+                continue       # every place taken by another backend's workers (``staff`` waits for one)
+            ready = wait([w.conn for w in working] + [w.proc.sentinel for w in working],
+                         timeout=0.5 if len(working) == workers * len(sets) else 0.05)
             run.listen(working, ready, time.monotonic(), timeout_s)
     finally:
         for w in working:
@@ -116,6 +124,7 @@ class _Run:
         self.never_started = []
         self.later, self.on_release = [], None     # held back until the rows they wait on are in (``release``)
         self.first, self.waits_on = set(), None    # the case ids of the chunks run first, not yet recorded
+        self.staffed = False                       # the first workers started (``staff``)
 
     def hold(self, later: list, on_release, waits_on):
         """Hold ``later`` back: each chunk until the cases ``waits_on(chunk)`` names have their rows (by default
@@ -133,6 +142,20 @@ class _Run:
 
     def start(self, place) -> Worker:
         return Worker(self.job, self.startup_timeout_s, place, self.pool)
+
+    def staff(self, working: list, wanted: int) -> bool:
+        """Workers started, up to ``wanted`` while chunks wait: at once, and later where the pool has a limit
+        and another backend's workers held the places (``overlap``); whether the run goes on: a worker at
+        work, or chunks waiting for a place another backend will free."""
+        chunks = len(self.todo) + len(self.later)
+        while (len(working) < min(wanted, chunks) and self.pool.may_start()
+               and (not self.staffed or self.pool.limit is not None)):
+            working.append(self.start(self.sets[len(working) % len(self.sets)]))
+        self.staffed = True
+        if working or not chunks or len(self.pool.working) == 0:
+            return bool(working)
+        time.sleep(0.05)
+        return True
 
     def heed_stop(self):
         """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""
@@ -158,7 +181,8 @@ class _Run:
         back (``release``), an idle worker waits for them."""
         several = len(self.sets) > 1
         for s in placement.live(self.sets) if several else self.sets:
-            hand_out(self.todo, working, s.memory, s, self.sets if several else (), held=bool(self.later))
+            beside = [w for w in self.pool.working if w not in working and w.place.pin == s.pin]
+            hand_out(self.todo, working, s.memory, s, self.sets if several else (), bool(self.later), beside)
         for s in self.sets:            # a lost GPU's idle workers get nothing more
             if s.lost is not None:
                 for w in [w for w in working if w.place is s and w.idle()]:

@@ -9,6 +9,7 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 """
 
 import functools
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -62,6 +63,21 @@ class RunSummary:
     warm_up_seconds: float = 0.0                     # of ``seconds``: running each kernel variant's first case
     warm_up_cases: int = 0                           # those first cases (``warm_up``), over every backend
     selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
+    # each backend's (start, end) running cases and warming up: backends side by side overlap (``add_span``)
+    spans: dict = field(default_factory=lambda: {"cases": [], "warm_up": []})
+
+    def add_span(self, start: float, end: float, warm_up: bool = False):
+        """One backend's time running cases (or its warm-up) counted once where backends overlap (``overlap``):
+        ``seconds`` (``warm_up_seconds``) grows by what the span adds to the union of those before."""
+        with _SPANS:
+            spans = self.spans["warm_up" if warm_up else "cases"]
+            before = _covered(spans)
+            spans.append((start, end))
+            gained = _covered(spans) - before
+            if warm_up:
+                self.warm_up_seconds += gained
+            else:
+                self.seconds += gained
 
     @property
     def all_rows(self) -> list:
@@ -83,12 +99,25 @@ class RunSummary:
         return len(self.rows) / self.seconds if self.seconds > 0 else float("inf")
 
 
+_SPANS = threading.Lock()       # backends side by side add their spans from their own threads
+
+
+def _covered(spans: list) -> float:
+    """The length of the union of ``spans``."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        total += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return total
+
+
 def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
               memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
-              sets: list | None = None, pool: WorkerPool | None = None, warm: bool = False) -> RunSummary:
+              sets: list | None = None, pool: WorkerPool | None = None, warm: bool = False, drained=None,
+              halt=None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -105,11 +134,12 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     ``pool``: the invocation's ``WorkerPool`` (its spares); without, one of this call's, closed at its end.
     ``warm``: run the first case of each variant the backend's JIT compiles (``compiled_per``) first, each
     alone, and the rest once they are all done (``warm_up``).
+    ``drained``, ``halt``: for backends run side by side (``overlap``; ``isolation.run_isolated``).
     """
     if pool is None:
         with WorkerPool() as own:
             return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
-                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm)
+                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm, drained, halt)
     skip_ids = skip_ids or set()
     todo = [c for c in cases if c.id not in skip_ids]
     summary = RunSummary() if summary is None else summary
@@ -129,7 +159,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
                                            stop=lambda: rec.breaker.tripped, sets=sets, pool=pool,
                                            later=chunks if first else (), on_release=rec.warmed,
                                            waits_on=warm_up.waits_on([c for chunk in first for c in chunk],
-                                                                     backend.compiled_per))
+                                                                     backend.compiled_per),
+                                           drained=drained, halt=halt)
         rec.warmed()          # where every case was a variant's first, nothing was held back to release
     else:
         never_run = _run_here(first, rec, sets[0])
@@ -138,7 +169,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     for case in never_run:
         rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
     rec.bar.close()
-    summary.seconds += time.perf_counter() - started
+    summary.add_span(started, time.perf_counter())
     return summary
 
 
@@ -165,7 +196,7 @@ class _Recorder:
         """Every variant's first case is done: the warm-up's wall time is the summary's, the rest fan out."""
         if self.warm_ids and not self.warm_done:
             self.warm_done = True
-            self.summary.warm_up_seconds += time.perf_counter() - self.started
+            self.summary.add_span(self.started, time.perf_counter(), warm_up=True)
             self.summary.warm_up_cases += len(self.warm_ids)
             self.bar.set_description_str(self.backend.name)
 

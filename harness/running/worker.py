@@ -84,6 +84,7 @@ class Worker(WorkerState):
         self.output = worker.output     # where its stderr goes (``worker_output``), None: to this process's
         self.seen = -1              # the progress last seen: the per-case deadline restarts when it moves
         self.deadline = time.monotonic() + startup_timeout_s
+        pool.clock_in(self)
 
     def post(self, message):
         self.conn.send(message)
@@ -118,7 +119,9 @@ class Worker(WorkerState):
     def retire(self):
         """An idle worker whose backend needs it no more: kept for the next backend where the pool keeps
         workers and it settles cleanly (``keep``); else told to stop, and not waited for (``WorkerPool.reap``)."""
-        if self.pool.carry_over and self.keep():
+        kept = self.pool.carry_over and self.keep()
+        self.pool.clock_out(self)      # after ``keep``: the next backend finds it a spare, not a new process
+        if kept:
             return
         try:
             super().retire()
@@ -145,6 +148,7 @@ class Worker(WorkerState):
     def kill(self):
         """End a worker that has to go (dead, hung, lost its device, or the run is over): a finished
         one retires instead (``retire``)."""
+        self.pool.clock_out(self)
         self.state = State.DEAD
         kill_worker(self.proc)
         self.proc.join()

@@ -123,11 +123,13 @@ def spawn(warm: bool = False, pin: str | None = None, output: WorkerOutput | Non
 
 
 class WorkerPool:
-    """The worker processes of one run that are not at work: spares, and workers retiring.
+    """The worker processes of one run: spares, the workers at work, and workers retiring.
 
     ``retiring``: workers whose every row has arrived, told to stop.  Their exit (tearing down a CUDA
     context, most of a second) is not waited for inside the run, only before the next run measures free
-    memory (``stop_spares``) and when the pool closes (``reap``).
+    memory (``stop_spares``) and when the pool closes (``reap``).  ``working``: the workers at work, of every
+    backend running (``overlap``), for the memory gates; ``limit``: how many may be at once (None: no limit).
+    Backends running side by side share the pool from their threads: its lists change under ``lock``.
     """
 
     def __init__(self, carry_over: bool = False):
@@ -136,9 +138,30 @@ class WorkerPool:
         self.retiring: list = []
         self.started: list[Spare] = []      # every worker it started: its files are cleaned up at ``close``
         self.folder: str | None = None      # those files' folder, made at the first start
+        self.working: list = []             # the ``worker.Worker`` handles at work, whichever backend's
+        self.limit: int | None = None
+        self.lock = threading.RLock()
+
+    def may_start(self) -> bool:
+        """Whether another worker may go to work now (``limit``)."""
+        return self.limit is None or len(self.working) < self.limit
+
+    def clock_in(self, worker):
+        with self.lock:
+            self.working.append(worker)
+
+    def clock_out(self, worker):
+        """A worker no longer at work (retired, kept or killed): its place is free for another."""
+        with self.lock:
+            if worker in self.working:
+                self.working.remove(worker)
 
     def spawn(self, warm: bool = False, pin: str | None = None) -> Spare:
         """A new worker whose stderr and resource ledger are this pool's to read and clean up."""
+        with self.lock:
+            return self._spawn(warm, pin)
+
+    def _spawn(self, warm: bool, pin: str | None) -> Spare:
         if self.folder is None:
             self.folder = new_folder()
         spare = spawn(warm, pin, WorkerOutput.in_folder(self.folder, len(self.started)))
@@ -180,10 +203,14 @@ class WorkerPool:
 
     def worker_for(self, job: tuple, pin: str | None = None) -> Spare:
         """A live spare on ``pin``'s GPU told (or now told) to load ``job``, else a new worker told so."""
+        with self.lock:
+            return self._worker_for(job, pin)
+
+    def _worker_for(self, job: tuple, pin: str | None) -> Spare:
         while True:
             mine = [s for s in self.spares if s.pin == pin]
             if not mine:
-                spare = self.spawn(pin=pin)
+                spare = self._spawn(False, pin)
                 break
             spare = mine[0]
             self.spares.remove(spare)
@@ -199,11 +226,13 @@ class WorkerPool:
     def keep(self, proc, conn, progress, output, pin: str | None = None):
         """A worker whose backend is done, kept as a spare told nothing yet: the next backend's job loads
         into a process that has imported torch and the kernel packages, and compiled their kernels, already."""
-        self.spares.append(Spare(proc, conn, progress, pin=pin, output=output))
+        with self.lock:
+            self.spares.append(Spare(proc, conn, progress, pin=pin, output=output))
 
     def retire(self, proc):
         """A worker told to stop: its exit is waited for later (``reap``)."""
-        self.retiring.append(proc)
+        with self.lock:
+            self.retiring.append(proc)
 
     def stop_spares(self):
         """A spare has run nothing and holds nothing that matters: it is killed, not waited for.  Retired
