@@ -57,32 +57,46 @@ class WorkerOutput:
             return
         self.released = True
         from multiprocessing import resource_tracker
-        for name, rtype in left_registered(self.ledger_path):
+        left, last = read_ledger(self.ledger_path)
+        for name, rtype in left:
             cleanup = resource_tracker._CLEANUP_FUNCS.get(rtype)     # the tracker's own unlink, per kind
             try:
                 if cleanup is not None:
                     cleanup(name)
             except OSError:       # unlinked already
                 pass
-            resource_tracker.unregister(name, rtype)
+            _forget(name, rtype)
+        if last is not None:      # noted, but a kill may have come before it was sent (``_note_resources``)
+            _forget(*last)
 
 
-def left_registered(ledger_path: str) -> list[tuple[str, str]]:
-    """(name, kind) of each resource the ledger has registered and not unregistered, in order."""
+def _forget(name: str, rtype: str):
+    """Have the tracker forget a resource whether it knows it or not: a REGISTER adds to its set (twice is
+    once), then an UNREGISTER takes it out (of a name it does not know, it would print a traceback)."""
+    from multiprocessing import resource_tracker
+    resource_tracker.register(name, rtype)
+    resource_tracker.unregister(name, rtype)
+
+
+def read_ledger(ledger_path: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
+    """(name, kind) of each resource the ledger has registered and not unregistered, in order; and the
+    last one it unregistered, where that was its last line: the one message a kill may have cut off."""
     try:
         with open(ledger_path, encoding="ascii", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
-        return []
+        return [], None
     left: dict[tuple[str, str], None] = {}
+    last = None
     for line in lines:
         cmd, _, rest = line.partition(":")
         name, _, rtype = rest.rpartition(":")
+        last = (name, rtype) if cmd == "UNREGISTER" else None
         if cmd == "REGISTER":
             left[(name, rtype)] = None
         elif cmd == "UNREGISTER":
             left.pop((name, rtype), None)
-    return list(left)
+    return list(left), last
 
 
 def attach(row: dict, text: str) -> dict:
@@ -102,9 +116,9 @@ def capture(output: WorkerOutput):
 
 
 def _note_resources(ledger_path: str):
-    """Every message this process sends the resource tracker, noted in the ledger too.  A REGISTER is sent
-    before it is noted and an UNREGISTER noted before it is sent: a kill between the two leaves a resource
-    the tracker still cleans up (with its warning), never one the parent would unregister twice."""
+    """Every message this process sends the resource tracker, noted in the ledger first.  A kill between the
+    two leaves a message noted and not sent; the parent has the tracker forget that resource either way
+    (``WorkerOutput.release``), so the tracker neither warns of it nor hears of it twice."""
     from multiprocessing import resource_tracker
     tracker = resource_tracker._resource_tracker
     send = getattr(tracker, "_send", None)
@@ -113,12 +127,7 @@ def _note_resources(ledger_path: str):
     ledger = os.open(ledger_path, os.O_WRONLY | os.O_APPEND)
 
     def noted(cmd, name, rtype):
-        line = f"{cmd}:{name}:{rtype}\n".encode("ascii", errors="replace")
-        if cmd == "REGISTER":
-            send(cmd, name, rtype)
-            os.write(ledger, line)
-        else:
-            os.write(ledger, line)
-            send(cmd, name, rtype)
+        os.write(ledger, f"{cmd}:{name}:{rtype}\n".encode("ascii", errors="replace"))
+        send(cmd, name, rtype)
 
     tracker._send = noted

@@ -129,3 +129,42 @@ def test_a_killed_worker_takes_the_compiler_it_started_with_it(tmp_path):
     assert proc.returncode == 1 and json.loads((tmp_path / "r.jsonl").read_text())["status"] == "timeout"
     child = int(pid_file.read_text())
     assert process_gone(child), f"the worker's child {child} outlived the run"
+
+
+CUT_OFF = textwrap.dedent('''
+    import multiprocessing as mp, os, sys, tempfile
+    from harness.running import worker_output
+
+    def worker(output):
+        """Unlinks a semaphore and dies after noting its UNREGISTER, before sending it: the kill's window."""
+        worker_output.capture(output)
+        lock = mp.get_context("spawn").Lock()
+        name = lock._semlock.name
+        from _multiprocessing import sem_unlink
+        sem_unlink(name)
+        with open(output.ledger_path, "a") as f:
+            f.write(f"UNREGISTER:{name}:semaphore\\n")
+        os._exit(0)
+
+    if __name__ == "__main__":
+        output = worker_output.WorkerOutput.in_folder(tempfile.mkdtemp(), 0)
+        p = mp.get_context("spawn").Process(target=worker, args=(output,))
+        p.start()
+        p.join()
+        print("noted", open(output.ledger_path).read().count("UNREGISTER"))
+        if "--release" in sys.argv:
+            output.release()
+''')
+
+
+@pytest.mark.parametrize("release", [False, True])
+def test_a_worker_killed_between_noting_and_sending_an_unregister_leaves_no_warning(tmp_path, release):
+    """The one message a kill may cut off: without the parent's release the tracker warns of the semaphore
+    (already unlinked) at exit; with it, nothing.  The first case shows the second can fail."""
+    (tmp_path / "cut.py").write_text(CUT_OFF)
+    proc = subprocess.run([sys.executable, str(tmp_path / "cut.py"), *(["--release"] if release else [])],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and "noted 1" in proc.stdout, proc.stdout + proc.stderr
+    warned = "resource_tracker" in proc.stderr and "leaked semaphore" in proc.stderr
+    assert warned != release, proc.stderr
