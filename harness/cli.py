@@ -20,7 +20,7 @@ from .allocator import keep_freed_blocks
 from .cores import passive_openmp
 from .errors import InputError
 from .interrupts import watch_sigint
-from .jit_cache import cache_root, keep_bytecode, point_jits_at
+from .jit_cache import cache_root, point_jits_at
 from .recording.status import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 
@@ -77,9 +77,7 @@ def main(argv=None) -> int:
     try:
         args = parse(argv)
         args.started = started
-        root = cache_root(getattr(args, "cache_dir", None))
-        point_jits_at(root)     # before any worker or kernel import
-        keep_bytecode(root)
+        point_jits_at(cache_root(getattr(args, "cache_dir", None)))    # before any worker or kernel import
         return args.func(args)
     except InputError as e:
         print(f"mla-verify: error: {e}", file=sys.stderr)

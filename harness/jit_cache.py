@@ -7,7 +7,6 @@ folder wins.  Nothing here imports torch.
 """
 
 import os
-import sys
 from pathlib import Path
 
 ENV = "MLA_VERIFY_CACHE"
@@ -41,20 +40,3 @@ def point_jits_at(root: Path) -> dict[str, str]:
     for variable, value in FLAGS:
         os.environ.setdefault(variable, value)
     return {variable: os.environ[variable] for variable, _ in JITS + FLAGS}
-
-
-def keep_bytecode(root: Path) -> str | None:
-    """Where Python is told not to write bytecode (``PYTHONDONTWRITEBYTECODE``, as container images often
-    set) and keeps none elsewhere (no ``PYTHONPYCACHEPREFIX``), this process writes what it compiles under
-    the root's ``pycache`` folder, and its workers read it there (the variable, set here, is theirs too).
-    Nothing is written beside any package's sources.  On the H100 box, whose torch ships without bytecode
-    and which sets that variable, importing `sglang.srt.layers.attention` took 14.5 s and 15.6 s compiling torch's
-    and SGLang's sources, and 11.3 s and 10.6 s with them compiled under such a prefix (docs/gpu-runs.md);
-    ``run`` imports every kernel's package in this process, so a run leaves the next run's workers theirs.
-    Returns the prefix, or None where Python's own settings stand."""
-    if not sys.flags.dont_write_bytecode or sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
-        return None
-    prefix = str(root / "pycache")
-    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
-    os.environ["PYTHONPYCACHEPREFIX"] = prefix
-    return prefix

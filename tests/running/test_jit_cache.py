@@ -1,15 +1,10 @@
 """The JITs' cache root (harness/jit_cache.py): the flag, the environment, the default; every JIT's variable
-under it before any worker starts, a user's own setting left alone, and workers seeing it; and Python's
-bytecode kept under it where Python was told not to write any."""
+under it before any worker starts, a user's own setting left alone, and workers seeing it."""
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
-import pytest
-from helpers import REPO, run_cli
+from helpers import run_cli
 
 from harness import jit_cache
 
@@ -63,32 +58,3 @@ def test_a_runs_workers_see_the_cache_dir_it_was_given(monkeypatch, tmp_path):
     assert code == 0, err
     (seen,) = [json.loads(line) for line in (tmp_path / "notes.jsonl").read_text().splitlines()]
     assert seen == {"MLA_VERIFY_CACHE": str(tmp_path / "jit"), "TRITON_CACHE_DIR": str(tmp_path / "jit" / "triton")}
-
-
-KEEP = textwrap.dedent('''
-    import os, sys
-    from pathlib import Path
-    from harness.jit_cache import keep_bytecode
-    prefix = keep_bytecode(Path(sys.argv[1]))
-    sys.path.insert(0, sys.argv[2])
-    import fresh_module
-    print(prefix, os.environ.get("PYTHONPYCACHEPREFIX"))
-''')
-
-
-@pytest.mark.parametrize("dont_write", [True, False])
-def test_bytecode_goes_under_the_root_only_where_python_was_told_not_to_write_it(tmp_path, dont_write):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "fresh_module.py").write_text("VALUE = 1\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    env.update(PYTHONPATH=str(REPO), **({"PYTHONDONTWRITEBYTECODE": "1"} if dont_write else {}))
-    proc = subprocess.run([sys.executable, "-c", KEEP, str(tmp_path / "root"), str(tmp_path / "src")],
-                          capture_output=True, text=True, env=env, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    under_root = list((tmp_path / "root").rglob("fresh_module*.pyc"))
-    beside = list((tmp_path / "src").rglob("*.pyc"))
-    if dont_write:
-        assert proc.stdout.split() == [str(tmp_path / "root" / "pycache")] * 2
-        assert len(under_root) == 1 and not beside
-    else:      # Python's own settings stand: bytecode beside the sources, as ever
-        assert proc.stdout.split() == ["None", "None"] and not under_root and len(beside) == 1
