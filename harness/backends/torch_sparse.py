@@ -90,7 +90,7 @@ class TorchSparse:
         lse = torch.logsumexp(s, dim=-1)
         empty = torch.isneginf(lse)
         p = torch.exp(s - torch.where(empty, torch.zeros_like(lse), lse)[..., None])
-        out = torch.einsum("nhk,nkd->nhd", p, keys[..., :d_v])
+        out = torch.einsum("nhk,nkd->nhd", self.weights(p), keys[..., :d_v])
         return out, torch.where(empty, torch.full_like(lse, math.inf), lse)
 
     def sparse_sink(self, out, lse, sink):
