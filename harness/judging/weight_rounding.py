@@ -21,8 +21,8 @@ magnitude costs a second P.V product, so it is computed only for the rows of the
 would take 128 MiB) the tensor is judged by the flat bound alone.  A cap of 4,096 had judged large sparse answers
 so: the torch backend with bf16-rounded weights, the model's own premise, put 5,384 elements of a 6-request,
 112-head verify case on ``large`` KV values over the flat bound (13.5x it), and failed there, where the look
-passes it at 0.6x the model (tests/judging/test_sparse_weight_rounding.py).  Where the second look was taken the check records it (``weight_rounding``, or
-``score_rounding`` for LSE), passing or not.
+passes it at 0.6x the model (tests/judging/test_sparse_weight_rounding.py).  Where the second look was taken
+the check records it (``weight_rounding``, or ``score_rounding`` for LSE), passing or not.
 """
 
 from dataclasses import dataclass
