@@ -95,9 +95,15 @@ class Spare:
 def _sigint_ignored():
     """SIGINT ignored while a worker starts.  A Ctrl-C at the terminal reaches every process of the group;
     a worker inherits the ignored disposition (Python leaves an ignored SIGINT ignored), so one still
-    importing prints no traceback.  The parent, interrupted, stops its workers itself."""
-    if threading.current_thread() is not threading.main_thread():     # only the main thread may set it
-        yield
+    importing prints no traceback.  The parent, interrupted, stops its workers itself.  Only the main thread
+    may set a disposition: another (a backend's, side by side, ``overlap``) blocks SIGINT in itself instead,
+    and the worker inherits the blocked mask, which it keeps (it ignores SIGINT once it runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -1,6 +1,8 @@
 """Backends side by side at the seams (``overlap``): each starts once the one before has handed out its last
 chunk, the workers stay within the run's count, and the rows are those of backends run one after another."""
 
+import os
+import signal
 import threading
 import time
 
@@ -104,3 +106,31 @@ def test_side_by_side_backends_keep_within_the_limit_reuse_the_workers_and_give_
         return row["backend"], row["case_id"], row["status"], row["metrics"]
     assert sorted(map(key, side_rows), key=str) == sorted(map(key, seq_rows), key=str)
     assert len(side_rows) == 12
+
+
+def _sigint_held(pid: int) -> bool:
+    """Whether SIGINT is blocked or ignored in process ``pid`` (its /proc status masks)."""
+    masks = {}
+    for line in open(f"/proc/{pid}/status"):
+        key, _, value = line.partition(":")
+        if key in ("SigBlk", "SigIgn"):
+            masks[key] = int(value, 16)
+    bit = 1 << (signal.SIGINT - 1)
+    return bool(masks["SigBlk"] & bit or masks["SigIgn"] & bit)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads a process's signal masks in /proc")
+def test_a_worker_started_from_a_backends_thread_cannot_take_a_ctrl_c_while_it_starts():
+    """Only the main thread may set SIGINT's disposition; a backend's thread blocks it instead, and the
+    worker starts with it blocked, before its own code could ignore it."""
+    with WorkerPool() as pool:
+        started, after = [], []
+
+        def spawn():
+            started.append(pool.spawn())
+            after.append(signal.pthread_sigmask(signal.SIG_BLOCK, set()))     # the thread's mask, unchanged
+        thread = threading.Thread(target=spawn)
+        thread.start()
+        thread.join()
+        assert _sigint_held(started[0].proc.pid)
+    assert signal.SIGINT not in after[0]       # the thread's own mask is as it was
