@@ -100,6 +100,22 @@ def test_ctrl_c_keeps_the_rows_and_says_one_line(tmp_path, workers):
     assert len(rows) >= 2 and {r["status"] for r in rows} == {"pass"}
 
 
+def test_ctrl_c_while_backends_run_side_by_side_stops_them_all_and_says_one_line(tmp_path):
+    """Two backends, each in its own thread (``overlap``): the Ctrl-C reaches the main thread, which halts
+    both; every worker goes, the rows stay, one line."""
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)
+    out = tmp_path / "r.jsonl"
+    code, err = interrupted_run(["--suite", "smoke", "--backend", f"{plugin}:Slow,torch", "--out", str(out),
+                                 "--workers", "2", "--chunk", "1", "--device", "cpu"],
+                                lambda: rows_written(out) >= 3)
+    assert code == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines()[-1] == "mla-verify: interrupted; rows written so far are in the results file"
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) >= 3 and {r["status"] for r in rows} == {"pass"}
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's state in /proc (Linux)")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_a_kill_while_a_kernel_builds_leaves_no_compiler_behind(tmp_path, signum):
