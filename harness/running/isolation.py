@@ -1,22 +1,18 @@
 """Crash isolation: kernels run in worker processes, the parent keeps the results.
 
-An illegal memory access, an abort or a hang in one case must not end the
-suite.  Each worker loads the backend once and runs chunks of cases sent over a
-pipe (``chunk.run_chunk``, in ``worker_process.serve``); the parent writes every row as it
-arrives.  Before each case the worker posts the case's index in a shared counter.  When a worker
-dies in a case run alone, the parent knows which it was: that case is recorded
-as ``crash`` (or ``timeout``, for one that overran and was killed).  The cases
-of a chunk of several do not wait for their kernels (``phases``), so a fault
-there may surface in any later case: none is charged, and every case of the
-chunk runs again alone, in a fresh worker, where the fault finds its own case.
-A crash costs one case; a row that reached the parent is never lost.  A CUDA
-error is sticky (the context is unusable afterwards), so a worker that hits one
-reports it and exits to be replaced.  What a worker writes to stderr goes into the rows of the chunk
-it was running, as ``worker_stderr`` (``worker_output``), not to the console.
+An illegal memory access, an abort or a hang in one case must not end the suite.  Each worker loads the backend once
+and runs chunks of cases sent over a pipe (``chunk.run_chunk``, in ``worker_process.serve``); the parent writes
+every row as it arrives.  Before each case the worker posts the case's index in a shared counter.  When a worker
+dies in a case run alone, the parent knows which it was: that case is recorded as ``crash`` (or ``timeout``, for one
+that overran and was killed).  The cases of a chunk of several do not wait for their kernels (``phases``), so a
+fault there may surface in any later case: none is charged, and every case of the chunk runs again alone, in a fresh
+worker, where the fault finds its own case. A crash costs one case; a row that reached the parent is never lost.  A
+CUDA error is sticky (the context is unusable afterwards), so a worker that hits one reports it and exits to be
+replaced.  What a worker writes to stderr goes into the rows of the chunk it was running, as ``worker_stderr``
+(``worker_output``), not to the console.
 
-This module is the event loop: each worker is in one ``worker.State``, moved as its news arrives.
-The processes come from a ``worker_pool.WorkerPool`` (spares and retiring workers) and a chunk starts
-where ``memory_gate`` admits it.
+This module is the event loop: each worker is in one ``worker.State``, moved as its news arrives. The processes come
+from a ``worker_pool.WorkerPool`` (spares and retiring workers) and a chunk starts where ``memory_gate`` admits it.
 """
 
 import time
@@ -95,13 +91,15 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     run.hold([list(c) for c in later if c], on_release, waits_on)
     working = []
     try:
-        while run.staff(working, workers * len(sets)):
+        while True:
             if halt is not None and halt.is_set():
                 raise KeyboardInterrupt
             run.heed_stop()
             run.release(working)
+            if not run.staff(working, workers * len(sets)):
+                break
             run.assign(working)
-            if drained is not None and not (run.todo or run.later):
+            if drained is not None and not run.todo:      # held chunks wait without holding the next back
                 drained()
             if not working:
                 continue       # every place taken by another backend's workers (``staff`` waits for one)
@@ -144,15 +142,16 @@ class _Run:
         return Worker(self.job, self.startup_timeout_s, place, self.pool)
 
     def staff(self, working: list, wanted: int) -> bool:
-        """Workers started, up to ``wanted`` while chunks wait: at once, and later where the pool has a limit
-        and another backend's workers held the places (``overlap``); whether the run goes on: a worker at
-        work, or chunks waiting for a place another backend will free."""
-        chunks = len(self.todo) + len(self.later)
-        while (len(working) < min(wanted, chunks) and self.pool.may_start()
-               and (not self.staffed or self.pool.limit is not None)):
+        """Workers started, up to ``wanted``: at once for every chunk, held ones included; where the pool has a
+        limit (backends side by side, ``overlap``), whenever chunks that may start wait and a place is free,
+        a held chunk's place being another backend's meanwhile.  Whether the run goes on: a worker at work,
+        or chunks waiting for a place another backend will free."""
+        side_by_side = self.pool.limit is not None
+        startable = len(self.todo) + (0 if side_by_side else len(self.later))
+        while len(working) < min(wanted, startable) and self.pool.may_start() and (side_by_side or not self.staffed):
             working.append(self.start(self.sets[len(working) % len(self.sets)]))
         self.staffed = True
-        if working or not chunks or len(self.pool.working) == 0:
+        if working or not (side_by_side and (self.todo or self.later) and self.pool.working):
             return bool(working)
         time.sleep(0.05)
         return True
@@ -177,12 +176,12 @@ class _Run:
 
     def assign(self, working: list):
         """Chunks to the idle workers of each GPU in the run; a lost GPU's idle workers retire; on several
-        GPUs, a worker started where a waiting chunk has none that may take it.  While chunks are held
-        back (``release``), an idle worker waits for them."""
-        several = len(self.sets) > 1
+        GPUs, a worker started where a waiting chunk has none that may take it.  While chunks are held back
+        (``release``), an idle worker waits for them; backends side by side, it goes to another (``staff``)."""
+        several, held = len(self.sets) > 1, bool(self.later) and self.pool.limit is None
         for s in placement.live(self.sets) if several else self.sets:
             beside = [w for w in self.pool.working if w not in working and w.place.pin == s.pin]
-            hand_out(self.todo, working, s.memory, s, self.sets if several else (), bool(self.later), beside)
+            hand_out(self.todo, working, s.memory, s, self.sets if several else (), held, beside)
         for s in self.sets:            # a lost GPU's idle workers get nothing more
             if s.lost is not None:
                 for w in [w for w in working if w.place is s and w.idle()]:

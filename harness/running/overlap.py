@@ -4,9 +4,11 @@ last chunk.
 Run strictly one after the other, every backend's tail (its last chunks, a warm-up case that runs for
 seconds, its workers settling) left the other workers idle: in a warm `make verify` on a fresh H200 the
 workers were busy 32% of the time spent running cases (docs/gpu-runs.md).  Here each backend runs its own
-event loop (``isolation``) in a thread of its own, started as soon as the one before has no chunk left to
-hand out; the workers the one before frees are kept (``WorkerPool.keep``) and the next takes them up to the
-run's worker count (``WorkerPool.limit``).  Every worker at work counts in every backend's memory gate, so
+event loop (``isolation``) in a thread of its own, started as soon as the one before has no chunk left that may
+start: chunks held back for a build (``warm_up``) do not hold it back, and a worker with nothing to do while they
+wait goes to the next backend.  The workers the one before frees are kept (``WorkerPool.keep``) and the next
+takes them up to the run's worker count (``WorkerPool.limit``); a held chunk, once free to start, takes the next
+place that frees.  Every worker at work counts in every backend's memory gate, so
 backends side by side hold no more than one would.  Each backend keeps its own rows, breaker, warm-up and
 progress; rows are written as they come, so the results file interleaves backends at the seams.
 """

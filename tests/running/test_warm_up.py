@@ -12,9 +12,10 @@ from harness.backends import KERNELS
 from harness.planning.cases import CASE_FIELDS, Case, load_suite
 from harness.recording.results import ResultsWriter
 from harness.recording.summary import time_line
-from harness.running import warm_up
+from harness.running import overlap, warm_up
 from harness.running.backend_loader import load_backend
 from harness.running.runner import RunSummary, run_cases
+from harness.running.worker_pool import WorkerPool
 
 # case g/i has HEADS[i] heads; the plug-in's "compiler" keys on heads, so 4, 5 and 6 are its variants
 HEADS = [4, 5, 4, 6, 5, 4, 6, 4]
@@ -43,7 +44,8 @@ PLUGIN = textwrap.dedent('''
                 time.sleep(2.0 if os.environ.get("SLOW_HEADS") == str(heads) else 0.3)
                 self.built.add(heads)
             with open(os.path.join(os.environ["NOTES_DIR"], f"calls-{os.getpid()}"), "a") as f:
-                f.write(json.dumps({"heads": heads, "start": start, "end": time.monotonic()}) + "\\n")
+                f.write(json.dumps({"heads": heads, "start": start, "end": time.monotonic(),
+                                    "wall_end": time.time()}) + "\\n")
             return super().run(inputs)
 ''')
 
@@ -166,3 +168,32 @@ def test_the_time_line_says_how_busy_the_workers_were(warmed):
     summary, _ = warmed
     share = float(time_line(summary).split(", busy ")[1].split("%")[0])
     assert 0 < share <= 100
+
+
+def test_side_by_side_the_next_backend_takes_the_workers_a_slow_build_leaves_idle(tmp_path, monkeypatch):
+    """Two backends on 2 workers (``overlap``): while the first builds its slow variant (2 s) with its other
+    cases of that variant held, the second runs in the idle worker; no held case starts before its build."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    monkeypatch.setenv("NOTES_DIR", str(notes))
+    monkeypatch.setenv("SLOW_HEADS", "6")
+    (tmp_path / "w.toml").write_text(heads_keyed_suite(seed=3, drafts=2, heads=[6, 6, 6, 6]))
+    (tmp_path / "compiling.py").write_text(PLUGIN)
+    cases = load_suite(str(tmp_path / "w.toml")).cases
+    specs = [f"{tmp_path / 'compiling.py'}:Compiling", "torch"]
+    summary = RunSummary()
+    with ResultsWriter(str(tmp_path / "r.jsonl")) as writer, WorkerPool(carry_over=True) as pool:
+        pool.limit = 2
+
+        def backend(spec):
+            def run(drained, halt):
+                run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=2,
+                          summary=summary, pool=pool, warm=True, drained=drained, halt=halt)
+            return run
+        overlap.one_after_another([backend(spec) for spec in specs])
+    assert len(summary.rows) == 8 and {r["status"] for r in summary.rows} == {"pass"}
+    calls = [json.loads(line) for p in notes.glob("calls-*") for line in p.read_text().splitlines()]
+    first, rest = _firsts_and_rest(calls)
+    assert all(call["start"] >= first[6]["end"] for call in rest)          # the build came first
+    torch_done = [r["finished_at"] for r in summary.rows if r["backend"] == "torch"]
+    assert min(torch_done) < first[6]["wall_end"] - 0.5         # the build took 2 s; the torch rows came in it
