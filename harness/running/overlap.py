@@ -1,5 +1,5 @@
-"""Backends one after another, overlapping at the seams: each starts once the one before has handed out its
-last chunk.
+"""Backends one after another, overlapping at the seams: each starts once the one before has handed out every
+chunk that may start.
 
 Run strictly one after the other, every backend's tail (its last chunks, a warm-up case that runs for
 seconds, its workers settling) left the other workers idle: in a warm `make verify` on a fresh H200 the
