@@ -180,8 +180,8 @@ class _Run:
         (``release``), an idle worker waits for them; backends side by side, it goes to another (``staff``)."""
         several, held = len(self.sets) > 1, bool(self.later) and self.pool.limit is None
         for s in placement.live(self.sets) if several else self.sets:
-            beside = [w for w in self.pool.working if w not in working and w.place.pin == s.pin]
-            hand_out(self.todo, working, s.memory, s, self.sets if several else (), held, beside)
+            hand_out(self.todo, working, s.memory, s, self.sets if several else (), held,
+                     self.pool.working_beside(working, s.pin))
         for s in self.sets:            # a lost GPU's idle workers get nothing more
             if s.lost is not None:
                 for w in [w for w in working if w.place is s and w.idle()]:

@@ -156,6 +156,12 @@ class WorkerPool:
         with self.lock:
             self.working.append(worker)
 
+    def working_beside(self, mine: list, pin: str | None) -> list:
+        """The workers at work on ``pin``'s GPU but for ``mine``: other backends' (``overlap``), read whole while
+        their threads may clock in or out."""
+        with self.lock:
+            return [w for w in self.working if w not in mine and w.place.pin == pin]
+
     def clock_out(self, worker):
         """A worker no longer at work (retired, kept or killed): its place is free for another."""
         with self.lock:
