@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from fakes import RoundsWeights
 
 from harness.backends import TorchBackend
 from harness.building.inputs import generate
@@ -17,20 +18,6 @@ from harness.mutants import MUTANTS
 from harness.planning.cases import load_suite
 from harness.recording.status import Status
 from harness.scenarios import run
-
-
-class RoundsWeights(TorchBackend):
-    """The torch backend with its softmax weights rounded to the row's dtype before the P.V product."""
-
-    name = "rounds-weights"
-
-    def __init__(self, dtype=torch.bfloat16):
-        super().__init__()
-        self.dtype = dtype
-
-    def weights(self, p):
-        return p.to(self.dtype).float()
-
 
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

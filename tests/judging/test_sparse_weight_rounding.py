@@ -7,21 +7,11 @@ cases: the one a fuzz campaign shrank from FlashMLA's sparse decode failing on l
 from pathlib import Path
 
 import pytest
-import torch
+from fakes import RoundsWeights
 
-from harness.backends import TorchBackend
 from harness.planning.cases import load_suite, parse_suite
 from harness.recording.status import Status
 from harness.scenarios import run
-
-
-class RoundsWeights(TorchBackend):
-    """The torch backend with its sparse softmax weights rounded to bf16 before the P.V product."""
-
-    name = "rounds-weights"
-
-    def weights(self, p):
-        return p.to(torch.bfloat16).float()
 
 
 class WrongScale(RoundsWeights):

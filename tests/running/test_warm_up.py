@@ -50,7 +50,9 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS, slow_heads=None):
+def _compiling(tmp_path, monkeypatch, heads=HEADS, crash_heads=None, slow_heads=None):
+    """The suite's cases (case g/i with ``heads[i]`` heads) and the ``Compiling`` plug-in's spec, its notes
+    going to ``tmp_path/notes`` (``_calls``)."""
     notes = tmp_path / "notes"
     notes.mkdir(parents=True)
     monkeypatch.setenv("NOTES_DIR", str(notes))
@@ -62,14 +64,21 @@ def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=Non
     suite_file.write_text(heads_keyed_suite(seed=3, drafts=2, heads=heads))
     plugin = tmp_path / "compiling.py"
     plugin.write_text(PLUGIN)
-    spec = f"{plugin}:Compiling"
-    cases = load_suite(str(suite_file)).cases
+    return load_suite(str(suite_file)).cases, f"{plugin}:Compiling"
+
+
+def _calls(tmp_path) -> list[dict]:
+    """Every call the plug-in noted, in any worker."""
+    return [json.loads(line) for p in (tmp_path / "notes").glob("calls-*") for line in p.read_text().splitlines()]
+
+
+def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS, slow_heads=None):
+    cases, spec = _compiling(tmp_path, monkeypatch, heads, crash_heads, slow_heads)
     summary = RunSummary()
     with ResultsWriter(str(tmp_path / "r.jsonl")) as writer:
         run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=workers,
                   summary=summary, warm=warm)
-    calls = [json.loads(line) for p in notes.glob("calls-*") for line in p.read_text().splitlines()]
-    return summary, calls
+    return summary, _calls(tmp_path)
 
 
 def test_the_first_case_of_each_variant_is_first_and_the_rest_keep_their_order():
@@ -173,14 +182,7 @@ def test_the_time_line_says_how_busy_the_workers_were(warmed):
 def test_side_by_side_the_next_backend_takes_the_workers_a_slow_build_leaves_idle(tmp_path, monkeypatch):
     """Two backends on 2 workers (``overlap``): while the first builds its slow variant (2 s) with its other
     cases of that variant held, the second runs in the idle worker; no held case starts before its build."""
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    monkeypatch.setenv("NOTES_DIR", str(notes))
-    monkeypatch.setenv("SLOW_HEADS", "6")
-    (tmp_path / "w.toml").write_text(heads_keyed_suite(seed=3, drafts=2, heads=[6, 6, 6, 6]))
-    (tmp_path / "compiling.py").write_text(PLUGIN)
-    cases = load_suite(str(tmp_path / "w.toml")).cases
-    specs = [f"{tmp_path / 'compiling.py'}:Compiling", "torch"]
+    cases, compiling = _compiling(tmp_path, monkeypatch, heads=[6, 6, 6, 6], slow_heads=6)
     summary = RunSummary()
     with ResultsWriter(str(tmp_path / "r.jsonl")) as writer, WorkerPool(carry_over=True) as pool:
         pool.limit = 2
@@ -190,10 +192,9 @@ def test_side_by_side_the_next_backend_takes_the_workers_a_slow_build_leaves_idl
                 run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=2,
                           summary=summary, pool=pool, warm=True, drained=drained, halt=halt)
             return run
-        overlap.one_after_another([backend(spec) for spec in specs])
+        overlap.one_after_another([backend(compiling), backend("torch")])
     assert len(summary.rows) == 8 and {r["status"] for r in summary.rows} == {"pass"}
-    calls = [json.loads(line) for p in notes.glob("calls-*") for line in p.read_text().splitlines()]
-    first, rest = _firsts_and_rest(calls)
+    first, rest = _firsts_and_rest(_calls(tmp_path))
     assert all(call["start"] >= first[6]["end"] for call in rest)          # the build came first
     torch_done = [r["finished_at"] for r in summary.rows if r["backend"] == "torch"]
     assert min(torch_done) < first[6]["wall_end"] - 0.5         # the build took 2 s; the torch rows came in it
