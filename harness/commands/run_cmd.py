@@ -156,8 +156,10 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
                    bool(args.resume) and Path(args.resume).exists(), pool, at_start, len(backends))
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     if len(backends) > 1 and not the_run.resuming:     # a line for the run; resuming, each backend's counts
+        order = "each starting as the one before hands out its last case" if the_run.side_by_side() \
+            else "one backend after another"
         print(f"mla-verify: {len(cases)} case(s) from {', '.join(s.name for s in suites)} on each of "
-              f"{len(backends)} backends ({device}), one backend after another; results -> {path}", file=sys.stderr)
+              f"{len(backends)} backends ({device}), {order}; results -> {path}", file=sys.stderr)
     with ResultsWriter(path, append=bool(args.resume)) as writer:
         _run_backends(the_run, writer, backends, memory)
     # every file is written (the results synced and closed above) before the verdict is printed
@@ -216,14 +218,19 @@ class _Run:
     resuming: bool
     pool: WorkerPool
     at_start: MeasuredAtStart
-    backends: int             # how many run, one after another
+    backends: int             # how many run
+
+    def side_by_side(self) -> bool:
+        """On one GPU (workers carried over), each backend starts as the one before hands out its last case
+        (``overlap``); pinned sets measure each GPU again and resuming reads the file per backend, so those run
+        one after another."""
+        return bool(self.pool.carry_over and self.args.workers and self.backends > 1 and not self.resuming)
 
 
 def _run_backends(r: _Run, writer, backends: list, memory):
-    """Every backend's cases: on one GPU (its workers carried over) side by side at the seams (``overlap``),
-    within ``--workers``; else (pinned sets measure each GPU again; resuming reads the file per backend) one
-    after another."""
-    if r.pool.carry_over and r.args.workers and len(backends) > 1 and not r.resuming:
+    """Every backend's cases: side by side at the seams (``_Run.side_by_side``), within ``--workers``, or one after
+    another."""
+    if r.side_by_side():
         r.pool.limit = r.args.workers * len(r.sets)
         overlap.one_after_another([functools.partial(_run_backend, r, writer, spec, backend, memory)
                                    for spec, backend in backends])

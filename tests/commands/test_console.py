@@ -212,11 +212,13 @@ def test_eleven_backends_that_each_ran_some_cases_fit_in_under_40_lines(template
     assert sum(" unsupported (" in line for line in table) >= len(NOT_HERE)     # each one's reasons, asked for
 
 
-def test_a_run_of_several_backends_says_so_once_at_its_start(tmp_path):
+@pytest.mark.parametrize("workers, order", [("0", "one backend after another"),
+                                            ("1", "each starting as the one before hands out its last case")])
+def test_a_run_of_several_backends_says_so_once_at_its_start(tmp_path, workers, order):
     code, out, err = run_cli(["run", "--suite", "smoke", "--backend", "torch,reference", "--case",
-                              "smoke/decode-bf16/0", "--device", "cpu", "--workers", "0", "--no-progress",
+                              "smoke/decode-bf16/0", "--device", "cpu", "--workers", workers, "--no-progress",
                               "--out", tmp_path / "r.jsonl"])
     assert code == 0, err
     starts = [line for line in err.splitlines() if "case(s) from smoke" in line]
-    assert starts == [f"mla-verify: 1 case(s) from smoke on each of 2 backends (cpu), one backend after another; "
+    assert starts == [f"mla-verify: 1 case(s) from smoke on each of 2 backends (cpu), {order}; "
                       f"results -> {tmp_path / 'r.jsonl'}"]
