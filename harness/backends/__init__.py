@@ -97,6 +97,16 @@ def kernel_modules(spec: str) -> list[str]:
     return list(dict.fromkeys(modules))
 
 
+def launch_order(specs: list[str]) -> list[str]:
+    """``specs`` with the built-in kernels whose first build is long (``Backend.first_build_s``) first, longest
+    first, the rest in their order: run side by side, a backend's build holds only its own cases back, so the
+    longest build starts first and the other backends run beside it."""
+    def build_s(spec: str) -> float:
+        name = spec.split("@", 1)[0]
+        return builtin_class(name).first_build_s if name in BUILTIN else 0.0    # a plug-in's: not known
+    return sorted(specs, key=lambda spec: -build_s(spec))
+
+
 def resolve_auto(device: str) -> tuple[list[str], list[str]]:
     """``auto``: every real kernel that runs here, else the pure-PyTorch backend; and why, line by line."""
     why = kernel_availability(device)
@@ -126,4 +136,5 @@ def expand_specs(spec: str, device: str) -> tuple[list[str], list[str]]:
 
 
 __all__ = ["Backend", "Capabilities", "Feature", "BUILTIN", "KERNELS", "builtin_class", "builtin_names",
-           "builtins_supporting", "expand_specs", "kernel_availability", "kernel_modules", "resolve_auto"]
+           "builtins_supporting", "expand_specs", "kernel_availability", "kernel_modules", "launch_order",
+           "resolve_auto"]

@@ -76,6 +76,9 @@ class Backend:
     # FlashInfer's module per dtype pair); () for a kernel built ahead of time.  ``run`` runs one case of each
     # such variant first, so each is compiled once, in parallel, before the fan-out (``running/warm_up``).
     compiled_per: tuple = ()
+    # How long its slowest first build took, in seconds, where that is tens of seconds (a Triton kernel's 1-10 s
+    # is not): side by side, such a backend starts first (``backends.launch_order``), its build beside the rest.
+    first_build_s: float = 0.0
     # A mutant's planted bug, and the checks expected to catch it (harness/mutants/registry.py)
     bug = ""
     caught_by: tuple = ()

@@ -56,6 +56,7 @@ class FlashInferMLABackend(LazyKernel, Backend):
     modules = ("flashinfer",)
     features = frozenset({Feature.DENSE, Feature.PREPARE, Feature.GRAPH})
     compiled_per = ("dtype", "d_qk", "d_v", "layout")    # a module per dtype pair, head dims and query layout
+    first_build_s = 23.9        # the slowest module in make verify on a fresh H200 (docs/gpu-runs.md)
     packages = (("flashinfer", "flashinfer-python"),)
     install = INSTALL
     capabilities = Capabilities(

@@ -137,6 +137,9 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device)
+    if pool.carry_over and args.workers and not args.resume:     # side by side (``_Run.side_by_side``)
+        from ..backends import launch_order
+        specs = launch_order(specs)
     memory, measuring_s = None, 0.0
     if args.workers:
         memory, measuring_s = memory_before_the_spares_load(device, sets, at_start)

@@ -10,7 +10,8 @@ wait goes to the next backend.  The workers the one before frees are kept (``Wor
 takes them up to the run's worker count (``WorkerPool.limit``); a held chunk, once free to start, takes the next
 place that frees.  Every worker at work counts in every backend's memory gate, so
 backends side by side hold no more than one would.  Each backend keeps its own rows, breaker, warm-up and
-progress; rows are written as they come, so the results file interleaves backends at the seams.
+progress; rows are written as they come, so the results file interleaves backends at the seams.  A kernel with a
+long first build goes first (``backends.launch_order``).
 """
 
 import threading

@@ -1,13 +1,16 @@
 """Backends side by side at the seams (``overlap``): each starts once the one before has handed out its last
 chunk, the workers stay within the run's count, and the rows are those of backends run one after another."""
 
+import json
 import os
 import signal
 import threading
 import time
 
 import pytest
+from helpers import run_cli
 
+from harness.backends import BUILTIN, builtin_class, launch_order
 from harness.errors import InputError
 from harness.planning.cases import load_suite
 from harness.running import isolation, overlap
@@ -134,3 +137,20 @@ def test_a_worker_started_from_a_backends_thread_cannot_take_a_ctrl_c_while_it_s
         thread.join()
         assert _sigint_held(started[0].proc.pid)
     assert signal.SIGINT not in after[0]       # the thread's own mask is as it was
+
+
+def test_a_kernel_with_a_long_first_build_starts_first_side_by_side():
+    assert launch_order(["flashmla", "torch", "flashinfer-fa2", "plugin.py:Mine", "sglang-q8kv8"]) == [
+        "sglang-q8kv8", "flashinfer-fa2", "flashmla", "torch", "plugin.py:Mine"]
+    slow = [name for name in BUILTIN if builtin_class(name).first_build_s > 0]
+    assert set(slow) == {"sglang-q8kv8", "flashinfer-fa3", "flashinfer-fa2"}
+
+
+@pytest.mark.parametrize("workers, first", [("0", "torch"), ("1", "sglang-q8kv8")])
+def test_the_run_starts_the_long_build_first_only_where_backends_run_side_by_side(tmp_path, workers, first):
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli(["run", "--suite", "smoke", "--case", "smoke/decode-bf16/0", "--backend",
+                            "torch,sglang-q8kv8", "--device", "cpu", "--workers", workers, "--no-progress",
+                            "--out", out])
+    assert code == 0, err
+    assert json.loads(out.read_text().splitlines()[0])["backend"] == first
