@@ -248,10 +248,13 @@ class WorkerPool:
 
     def stop_spares(self):
         """A spare has run nothing and holds nothing that matters: it is killed, not waited for.  Retired
-        workers are then reaped."""
+        workers are then reaped.  Every spare is killed before any is waited for, so their exits (each tearing
+        down a CUDA context) overlap."""
+        spares = list(self.spares)
+        for spare in spares:
+            kill_worker(spare.proc)
         while self.spares:
             spare = self.spares.pop()
-            kill_worker(spare.proc)
             spare.proc.join()
             spare.conn.close()
         self.reap()
@@ -282,6 +285,7 @@ class WorkerPool:
         registered are unlinked, and their files removed."""
         for spare in self.started:
             kill_worker(spare.proc)
+        for spare in self.started:
             spare.proc.join()
             spare.output.release()
         self.started.clear()
