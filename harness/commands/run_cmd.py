@@ -9,10 +9,12 @@ from pathlib import Path
 
 from ..cores import cpu_workers, usable_cores
 from ..errors import InputError
+from ..jit_cache import cache_root
 from ..recording import junit
 from ..recording.results import ResultsWriter, check_distinct_outputs, check_output_path
 from ..recording.summary import auto_lines, print_summary
 from ..running import gpus, overlap, placement, shards
+from ..running.built_variants import Memo
 from ..running.circuit_breaker import MAX_TIMEOUTS, timeout_limit
 from ..running.worker_pool import CORES_PER_GPU_WORKER, GPU_WORKERS, WorkerPool, default_workers
 from .run_resume import kept_on_resume, previous_rows  # noqa: F401  (previous_rows: for tests and callers)
@@ -259,11 +261,12 @@ def _run_backend(r: _Run, writer, spec: str, backend, memory, drained=None, halt
         print(f"mla-verify: {len(r.cases) - len(kept)} case(s) from {', '.join(s.name for s in r.suites)} on "
               f"backend {backend.name} ({r.device}); results -> {r.path}", file=sys.stderr)
     args = r.args
+    warm = r.device == "cuda" and not args.no_warm_up
     run_cases(r.cases, backend, spec, r.device, writer, skip_ids={row["case_id"] for row in kept},
               progress=not args.no_progress and sys.stderr.isatty(), workers=args.workers,
               timeout_s=args.timeout, summary=r.summary, row_extra=r.row_extra, chunk_cases=args.chunk,
               memory=memory, max_timeouts=args.max_timeouts, sets=[dataclasses.replace(s) for s in r.sets],
-              pool=r.pool, warm=r.device == "cuda" and not args.no_warm_up, drained=drained, halt=halt)
+              pool=r.pool, warm=warm, drained=drained, halt=halt, built=Memo(cache_root()) if warm else None)
 
 
 def worker_sets(args, device: str) -> list:

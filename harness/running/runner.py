@@ -21,6 +21,7 @@ from ..recording.outcome import Outcome, result_row
 from ..recording.results import ResultsWriter
 from ..recording.status import Status, gates, verdict_of
 from . import chunk, isolation, placement, resources, warm_up
+from .built_variants import Memo
 from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
@@ -117,7 +118,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
               memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
               sets: list | None = None, pool: WorkerPool | None = None, warm: bool = False, drained=None,
-              halt=None) -> RunSummary:
+              halt=None, built: Memo | None = None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -132,16 +133,16 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     ``sets``: a ``placement.WorkerSet`` per GPU (``run --gpus``), ``workers`` processes each, each gated by
     its GPU's memory; a case must fit the GPU with the least.  Without, one set on the default device.
     ``pool``: the invocation's ``WorkerPool`` (its spares); without, one of this call's, closed at its end.
-    ``warm``: run the first case of each variant the backend's JIT compiles (``compiled_per``) first, each
-    alone, and the rest once they are all done (``warm_up``).
+    ``warm``: run the first case of each variant the backend's JIT compiles (``compiled_per``) first, each alone,
+    the rest once they are all done (``warm_up``), but those ``built`` names (``built_variants``), where it notes.
     ``drained``, ``halt``: for backends run side by side (``overlap``; ``isolation.run_isolated``).
     """
     if pool is None:
         with WorkerPool() as own:
             return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
-                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm, drained, halt)
-    skip_ids = skip_ids or set()
-    todo = [c for c in cases if c.id not in skip_ids]
+                             summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm, drained, halt,
+                             built)
+    todo = [c for c in cases if c.id not in (skip_ids or set())]
     summary = RunSummary() if summary is None else summary
     started = time.perf_counter()
     rec = _Recorder(backend, backend_spec, device, writer, summary, row_extra, len(todo), progress,
@@ -152,7 +153,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     sets = sets or [placement.WorkerSet()]
     summary.workers = max(summary.workers, workers * len(sets))
     first, chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases,
-                          backend.compiled_per if warm else ())
+                          backend.compiled_per if warm else (), built.built(backend) if built else set())
     if workers:
         never_run = isolation.run_isolated(first or chunks, backend_spec, device, rec.record, rec.lost_row,
                                            run_chunk, workers=workers, timeout_s=timeout_s,
@@ -168,7 +169,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         never_run += _run_here(chunks, rec, sets[0])
     for case in never_run:
         rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
-    rec.bar.close()
+    rec.finish(built)
     summary.add_span(started, time.perf_counter())
     return summary
 
@@ -184,13 +185,20 @@ class _Recorder:
                         dynamic_ncols=True, mininterval=0.5)
         self.not_passed = 0
         self.started = time.perf_counter()
-        self.warm_ids = set()         # the first case of each kernel variant (``warm_up``), while they run
+        self.warm_ids = {}            # the first case of each kernel variant (``warm_up``): its variant's key
         self.warm_done = False
+        self.built_now = set()        # the keys of the variants whose first case ran its kernel to an answer
 
-    def warming(self, cases):
+    def warming(self, cases, fields: tuple):
         """The first cases of each variant run now, alone: the bar says so until ``warmed``."""
-        self.warm_ids = {c.id for c in cases}
+        self.warm_ids = {c.id: warm_up.variant_key(c, fields) for c in cases}
         self.bar.set_description_str(f"{self.backend.name} warm-up ({len(cases)} variant(s))")
+
+    def finish(self, built):
+        """The bar closed, and the variants built now noted under the cache root (``built``, if any)."""
+        if built is not None:
+            built.note(self.backend, self.built_now)
+        self.bar.close()
 
     def warmed(self):
         """Every variant's first case is done: the warm-up's wall time is the summary's, the rest fan out."""
@@ -205,6 +213,8 @@ class _Recorder:
         row.update(self.row_extra or {})
         if row["case_id"] in self.warm_ids:
             row["warm_up"] = True       # its kernel time holds the variant's build
+            if row["status"] in (Status.PASS, Status.FAIL):
+                self.built_now.add(self.warm_ids[row["case_id"]])
         t0 = time.perf_counter()
         self.writer.write(row)
         self.summary.io_seconds += time.perf_counter() - t0
@@ -221,10 +231,10 @@ class _Recorder:
         return self.row(case, Outcome.lost(Status(status), reason), gpu)
 
 
-def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, compiled_per: tuple):
+def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, compiled_per: tuple, built: set):
     """The chunks to run: cases refused here recorded at once, each set's memory gate built, and the
     rest planned into chunks no larger than the machine can give all workers' chunks at once: the first case
-    of each variant of ``compiled_per`` alone, in chunks of their own, and the rest."""
+    of each variant of ``compiled_per`` not ``built`` alone, in chunks of their own, and the rest."""
     backend, device = rec.backend, rec.device
     available, measured = memory      # once: a verdict must not depend on the moment
     available, measured = _least(sets, available, measured)
@@ -239,9 +249,9 @@ def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, co
     for s in sets:
         s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
     budget = min(s.memory.budget for s in sets)
-    first, rest = warm_up.first_of_each(runnable, compiled_per)
+    first, rest = warm_up.first_of_each(runnable, compiled_per, built)
     if first:
-        rec.warming(first)
+        rec.warming(first, compiled_per)
     plan = functools.partial(chunk.plan, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
     return plan(first, max_cases=1), plan(rest, max_cases=min(chunk_cases, spread(len(rest), workers * len(sets))))
 

@@ -8,8 +8,11 @@ case per variant, each alone, spread over the workers, and holds each other case
 its own variant is done (``isolation``): each variant is built once, by one worker, and its other cases find it
 in the cache, while the cases of the variants already built keep the other workers busy.  These
 are the run's own cases, recorded like any other; their rows say ``warm_up`` (their kernel time holds the
-build) and the console gives the warm-up's wall time apart.
+build) and the console gives the warm-up's wall time apart.  A variant an earlier run on the same cache root
+built has no warm-up (``built_variants``).
 """
+
+import json
 
 
 def variant(case, fields: tuple) -> tuple:
@@ -17,15 +20,21 @@ def variant(case, fields: tuple) -> tuple:
     return tuple(getattr(case, name) for name in fields)
 
 
-def first_of_each(cases: list, fields: tuple) -> tuple[list, list]:
+def variant_key(case, fields: tuple) -> str:
+    """``variant`` as text, as ``built_variants`` keeps it."""
+    return json.dumps(list(variant(case, fields)), default=str)
+
+
+def first_of_each(cases: list, fields: tuple, built: set = frozenset()) -> tuple[list, list]:
     """The first case of each variant, in the cases' order, and every other case; with no fields (a kernel
-    built ahead of time, or the warm-up turned off) nothing is first."""
+    built ahead of time, or the warm-up turned off) nothing is first, nor is a variant ``built`` names (its
+    ``variant_key``: built by an earlier run on this cache root, ``built_variants``)."""
     if not fields:
         return [], list(cases)
     seen, first, rest = set(), [], []
     for case in cases:
         key = variant(case, fields)
-        (rest if key in seen else first).append(case)
+        (rest if key in seen or variant_key(case, fields) in built else first).append(case)
         seen.add(key)
     return first, rest
 

@@ -14,6 +14,7 @@ from harness.recording.results import ResultsWriter
 from harness.recording.summary import time_line
 from harness.running import overlap, warm_up
 from harness.running.backend_loader import load_backend
+from harness.running.built_variants import Memo
 from harness.running.runner import RunSummary, run_cases
 from harness.running.worker_pool import WorkerPool
 
@@ -92,12 +93,13 @@ def _calls(tmp_path) -> list[dict]:
     return [json.loads(line) for p in (tmp_path / "notes").glob("calls-*") for line in p.read_text().splitlines()]
 
 
-def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS, slow_heads=None):
+def _run(tmp_path, monkeypatch, workers: int, warm: bool = True, crash_heads=None, heads=HEADS, slow_heads=None,
+         built=None):
     cases, spec = _compiling(tmp_path, monkeypatch, heads, crash_heads, slow_heads)
     summary = RunSummary()
     with ResultsWriter(str(tmp_path / "r.jsonl")) as writer:
         run_cases(cases, load_backend(spec), spec, "cpu", writer, progress=False, workers=workers,
-                  summary=summary, warm=warm)
+                  summary=summary, warm=warm, built=built)
     return summary, _calls(tmp_path)
 
 
@@ -219,3 +221,38 @@ def test_side_by_side_the_next_backend_takes_the_workers_a_slow_build_leaves_idl
     first, rest = _firsts_and_rest(_calls(tmp_path))
     assert all(call["start"] >= first[6]["end"] for call in rest)          # the build came first
     assert not first[6]["waited_out"]
+
+
+def test_a_second_run_on_the_cache_root_skips_the_warm_up_of_what_the_first_built(tmp_path, monkeypatch):
+    memo = Memo(tmp_path / "root")
+    first, _ = _run(tmp_path / "a", monkeypatch, workers=2, built=memo)
+    assert first.warm_up_cases == 3
+    noted = json.loads((tmp_path / "root" / "built-variants.json").read_text())
+    assert [sorted(keys) for keys in noted.values()] == [["[4]", "[5]", "[6]"]]
+    second, calls = _run(tmp_path / "b", monkeypatch, workers=2, built=memo)
+    assert second.warm_up_cases == 0 and not any(r.get("warm_up") for r in second.rows)
+    assert len(calls) == len(HEADS)                      # every case still ran its kernel
+    rows = {r["case_id"]: (r["status"], r["metrics"]) for r in first.rows}
+    assert {r["case_id"]: (r["status"], r["metrics"]) for r in second.rows} == rows
+
+
+def test_a_variant_whose_first_case_crashed_is_not_noted_as_built(tmp_path, monkeypatch):
+    memo = Memo(tmp_path / "root")
+    summary, _ = _run(tmp_path, monkeypatch, workers=2, crash_heads=5, built=memo)
+    assert "crash" in {r["status"] for r in summary.rows}
+    backend = load_backend(f"{tmp_path / 'compiling.py'}:Compiling")
+    assert memo.built(backend) == {"[4]", "[6]"}
+    cases = [Case(id=f"s/g/{i}", seed=i, heads=h) for i, h in enumerate([4, 5, 6, 4])]
+    assert [c.heads for c in warm_up.first_of_each(cases, ("heads",), memo.built(backend))[0]] == [5]
+
+
+def test_the_notes_are_per_backend_and_package_and_an_unreadable_file_is_a_cold_root(tmp_path):
+    memo = Memo(tmp_path)
+    torch_backend, reference = load_backend("torch"), load_backend("reference")
+    memo.note(torch_backend, {"[1]"})
+    memo.note(torch_backend, {"[2]"})
+    assert memo.built(torch_backend) == {"[1]", "[2]"} and memo.built(reference) == set()
+    torch_backend.info = lambda: {"package": "torch", "version": "another"}     # a new wheel: a new entry
+    assert memo.built(torch_backend) == set()
+    (tmp_path / "built-variants.json").write_text("{not json")
+    assert memo.built(reference) == set()
