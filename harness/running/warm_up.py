@@ -40,9 +40,10 @@ def first_of_each(cases: list, fields: tuple, built: set = frozenset()) -> tuple
 
 
 def waits_on(first: list, fields: tuple):
-    """For a chunk of the other cases, the ids of the first cases it waits on: one per variant it holds."""
+    """For a chunk of the other cases, the ids of the first cases it waits on: one per variant it holds that has
+    a first case (a variant built already, ``built_variants``, has none: its cases wait on nothing)."""
     first_of = {variant(case, fields): case.id for case in first}
 
     def of(chunk) -> set:
-        return {first_of[variant(case, fields)] for case in chunk}
+        return {first_of[key] for key in (variant(case, fields) for case in chunk) if key in first_of}
     return of

@@ -236,6 +236,20 @@ def test_a_second_run_on_the_cache_root_skips_the_warm_up_of_what_the_first_buil
     assert {r["case_id"]: (r["status"], r["metrics"]) for r in second.rows} == rows
 
 
+def test_where_the_root_holds_some_variants_built_only_the_others_warm_up(tmp_path, monkeypatch):
+    """A chunk mixing a built variant's cases with a held one's waits on the held one's first case only."""
+    memo = Memo(tmp_path / "root")
+    _, spec = _compiling(tmp_path / "earlier", monkeypatch)      # the same plug-in, as an earlier run had it
+    backend = load_backend(spec)
+    memo.note(backend, {"[4]"})
+    summary, calls = _run(tmp_path, monkeypatch, workers=2, built=memo)
+    assert {r["status"] for r in summary.rows} == {"pass"} and len(summary.rows) == len(HEADS)
+    assert sorted(r["heads"] for r in summary.rows if r.get("warm_up")) == [5, 6]
+    first, rest = _firsts_and_rest(calls)
+    assert all(call["start"] >= first[call["heads"]]["end"] for call in rest if call["heads"] != 4)
+    assert memo.built(backend) == {"[4]", "[5]", "[6]"}
+
+
 def test_a_variant_whose_first_case_crashed_is_not_noted_as_built(tmp_path, monkeypatch):
     memo = Memo(tmp_path / "root")
     summary, _ = _run(tmp_path, monkeypatch, workers=2, crash_heads=5, built=memo)
