@@ -17,12 +17,15 @@ import threading
 from pathlib import Path
 
 FILE = "built-variants.json"
+BUILT_FROM = ("package", "version", "triton")    # what of ``Backend.info`` names the code built (not its timings)
 _LOCK = threading.Lock()          # backends side by side note theirs from their own threads (``overlap``)
 
 
 def identity(backend) -> str:
-    """The entry a backend's variants go under: its name and its ``info()`` (package, version, API)."""
-    return f"{backend.name} {json.dumps(backend.info(), sort_keys=True, default=str)}"
+    """The entry a backend's variants go under: its name and the package, version and Triton its ``info()``
+    records (FlashInfer's also holds its build times and cache folder, which name no other code)."""
+    info = backend.info()
+    return f"{backend.name} {json.dumps({k: info.get(k) for k in BUILT_FROM}, default=str)}"
 
 
 class Memo:

@@ -266,7 +266,10 @@ def test_the_notes_are_per_backend_and_package_and_an_unreadable_file_is_a_cold_
     memo.note(torch_backend, {"[1]"})
     memo.note(torch_backend, {"[2]"})
     assert memo.built(torch_backend) == {"[1]", "[2]"} and memo.built(reference) == set()
-    torch_backend.info = lambda: {"package": "torch", "version": "another"}     # a new wheel: a new entry
+    info = torch_backend.info()
+    torch_backend.info = lambda: {**info, "jit_build_s": {"bf16/bf16": 20.1}}    # a timing names no other code
+    assert memo.built(torch_backend) == {"[1]", "[2]"}
+    torch_backend.info = lambda: {**info, "version": "another"}                   # a new wheel: a new entry
     assert memo.built(torch_backend) == set()
     (tmp_path / "built-variants.json").write_text("{not json")
     assert memo.built(reference) == set()
