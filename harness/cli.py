@@ -14,6 +14,7 @@ import importlib
 import pkgutil
 import sys
 import time
+import traceback
 
 from . import commands
 from .allocator import keep_freed_blocks
@@ -21,7 +22,7 @@ from .cores import passive_openmp
 from .errors import InputError
 from .interrupts import watch_sigint
 from .jit_cache import cache_root, point_jits_at
-from .recording.status import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from .recording.status import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED
 
 
 def _command_names() -> list[str]:
@@ -88,6 +89,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:     # workers ignore SIGINT (worker_process); the run's are stopped on the way out
         print("mla-verify: interrupted; rows written so far are in the results file", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as e:        # a bug here must not read as a kernel's failure (exit 1) in a CI gate
+        traceback.print_exc()
+        print(f"mla-verify: internal error, a bug in mla-verify and not a finding: {type(e).__name__}: {e} "
+              f"(rows written so far are kept; please report it with the traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ def gates(status: str) -> bool:
 
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_NOTHING_VERIFIED = 0, 1, 2, 5
+EXIT_INTERNAL = 3           # mla-verify's own bug: never a verdict on a kernel
 EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 
 # What each exit code means: the README's table is this one.
@@ -51,6 +52,8 @@ EXIT_CODES = {
     EXIT_FAILURES: "FAILED: a case failed, raised, crashed, timed out, or the harness could not judge it",
     EXIT_BAD_INPUT: "bad input (a case file, a flag, a backend, an unwritable path), a required kernel that "
                     "does not import, or a case this machine cannot hold; one error line, no traceback",
+    EXIT_INTERNAL: "internal error: mla-verify itself raised (a bug to report, not a finding): its traceback, then "
+                   "one line; the rows written so far are kept",
     EXIT_NOTHING_VERIFIED: "NOTHING VERIFIED: no case was run against a kernel (every case unsupported, or none)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C): the run stopped; the rows written so far are kept; one line",
 }

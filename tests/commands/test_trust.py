@@ -101,7 +101,7 @@ def test_nothing_verified_exits_5_and_the_report_agrees(tmp_path, capsys):
 
 
 def test_verdicts_and_exit_codes_are_one_table():
-    assert set(EXIT_CODES) == {0, 1, 2, 5, 130}          # 130: interrupted (Ctrl-C)
+    assert set(EXIT_CODES) == {0, 1, 2, 3, 5, 130}       # 3: mla-verify's own bug; 130: interrupted (Ctrl-C)
     assert verdict_of([]).exit_code == 5
     assert verdict_of([{"status": "unsupported"}]).name == "NOTHING VERIFIED"
     assert verdict_of([{"status": "pass"}, {"status": "unsupported"}]).exit_code == 0
@@ -321,3 +321,17 @@ def test_results_load_is_a_dataframe_of_the_rows(tmp_path, capsys):
     run(capsys, "--suite", "smoke", "--backend", "torch", "--case", "smoke/decode-bf16/0", "--out", path)
     df = results.load(path)
     assert list(df["status"]) == ["pass"] and "conventions.lse_base" in df.columns
+
+
+def test_a_bug_in_mla_verify_exits_3_not_as_a_kernels_failure(tmp_path, capsys, monkeypatch):
+    from harness.commands import run_cmd
+
+    def broken(*args, **kwargs):
+        raise KeyError("a key the harness lost")
+    monkeypatch.setattr(run_cmd, "run", broken)
+    code = main(["run", "--suite", "smoke", "--backend", "torch", "--workers", "0", "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 3 and code != verdict_of([{"status": "fail"}]).exit_code
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1].startswith("mla-verify: internal error, a bug in mla-verify and not a finding: "
+                                                   "KeyError: 'a key the harness lost'")
