@@ -139,6 +139,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device)
+    marks = {"backends chosen": time.perf_counter()}
     if pool.carry_over and args.workers and not args.resume:     # side by side (``_Run.side_by_side``)
         from ..backends import launch_order
         specs = launch_order(specs)
@@ -151,8 +152,9 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
                            args.workers * len(sets))
     from ..running.backend_loader import load_backend
     backends = [(spec, load_backend(spec)) for spec in specs]     # every bad spec fails before any case runs
+    marks["memory measured and backends loaded"] = time.perf_counter()
     summary = RunSummary(selection=auto_notes, seconds=measuring_s,    # as when the run measures itself
-                         started=getattr(args, "started", None))
+                         started=getattr(args, "started", None), marks=marks)
     row_extra = {"selection": auto_notes}
     if shard is not None:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)

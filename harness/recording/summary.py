@@ -134,7 +134,17 @@ def time_line(summary) -> str:
     if summary.started is not None:     # the command's time so far: its imports and the workers' start-up too
         whole = time.perf_counter() - summary.started
         wall = f"{whole:.1f} s wall from the start ({summary.seconds:.1f} s running cases{', ' + warm if warm else ''})"
-    return f"time: {wall} in {where}; summed over cases: {phases}; writing rows {summary.io_seconds:.2f} s"
+    return f"time: {wall} in {where}; summed over cases: {phases}; writing rows {summary.io_seconds:.2f} s" \
+        + first_row_words(summary)
+
+
+def first_row_words(summary) -> str:
+    """When the first case that ran gave its row, and when each step before the cases ended (``run``'s marks),
+    from the command's start: where a run's time before its cases went."""
+    if summary.started is None or summary.first_row is None:
+        return ""
+    steps = ", ".join(f"{name} at {at - summary.started:.1f} s" for name, at in summary.marks.items())
+    return f"; first row at {summary.first_row - summary.started:.1f} s" + (f" ({steps})" if steps else "")
 
 
 def busy_share(summary) -> float | None:

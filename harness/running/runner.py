@@ -64,6 +64,8 @@ class RunSummary:
     warm_up_seconds: float = 0.0                     # of ``seconds``: running each kernel variant's first case
     warm_up_cases: int = 0                           # those first cases (``warm_up``), over every backend
     selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
+    marks: dict = field(default_factory=dict)        # perf_counter when each step before the cases ended (``run``)
+    first_row: float | None = None                   # perf_counter when the first case that ran gave its row
     # each backend's (start, end) running cases and warming up: backends side by side overlap (``add_span``)
     spans: dict = field(default_factory=lambda: {"cases": [], "warm_up": []})
 
@@ -210,6 +212,8 @@ class _Recorder:
 
     def record(self, row: dict):
         self.breaker.see(row)
+        if self.summary.first_row is None and row.get("phase_ms"):
+            self.summary.first_row = time.perf_counter()
         row.update(self.row_extra or {})
         if row["case_id"] in self.warm_ids:
             row["warm_up"] = True       # its kernel time holds the variant's build
