@@ -138,11 +138,8 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     if device == "cuda" and args.workers and at_start.before_spares:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
-    specs, auto_notes = _backend_specs(args, device)
+    specs, auto_notes = _backend_specs(args, device, side_by_side=pool.carry_over and args.workers and not args.resume)
     marks = {"backends chosen": time.perf_counter()}
-    if pool.carry_over and args.workers and not args.resume:     # side by side (``_Run.side_by_side``)
-        from ..backends import launch_order
-        specs = launch_order(specs)
     memory, measuring_s = None, 0.0
     if args.workers:
         memory, measuring_s = memory_before_the_spares_load(device, sets, at_start)
@@ -199,10 +196,12 @@ def device_asked(asked: str | None) -> str:
     return device
 
 
-def _backend_specs(args, device: str) -> tuple[list[str], list[str]]:
-    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to."""
-    from ..backends import expand_specs
+def _backend_specs(args, device: str, side_by_side: bool) -> tuple[list[str], list[str]]:
+    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to; where the
+    backends will run side by side (``_Run.side_by_side``), the long builds first (``launch_order``)."""
+    from ..backends import expand_specs, launch_order
     specs, auto_notes = expand_specs(args.backend, device)
+    specs = launch_order(specs) if side_by_side else specs
     for line in auto_lines(auto_notes):
         print(f"mla-verify: auto: {line}", file=sys.stderr)
     if args.require_kernel and not any(is_real_kernel(s) for s in specs):
