@@ -34,7 +34,7 @@ def first_of_each(cases: list, fields: tuple, built: set = frozenset()) -> tuple
     seen, first, rest = set(), [], []
     for case in cases:
         key = variant(case, fields)
-        (rest if key in seen or variant_key(case, fields) in built else first).append(case)
+        (rest if key in seen or (built and variant_key(case, fields) in built) else first).append(case)
         seen.add(key)
     return first, rest
 

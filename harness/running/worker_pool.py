@@ -250,8 +250,7 @@ class WorkerPool:
         """A spare has run nothing and holds nothing that matters: it is killed, not waited for.  Retired
         workers are then reaped.  Every spare is killed before any is waited for, so their exits (each tearing
         down a CUDA context) overlap."""
-        spares = list(self.spares)
-        for spare in spares:
+        for spare in self.spares:
             kill_worker(spare.proc)
         while self.spares:
             spare = self.spares.pop()
