@@ -122,24 +122,16 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     # before the first is every backend's (a kept worker is idle, its cache handed back; the gate counts
     # each worker's context).  Pinned sets measure each GPU again per backend, with fresh workers.
     pool.carry_over = sets[0].pin is None
-    if args.chunk is None:
-        from ..running.chunk import CHUNK_CASES
-        args.chunk = CHUNK_CASES
-    if args.chunk < 1:
-        raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
-    if not args.timeout > 0:
-        raise InputError(f"--timeout must be positive, got {args.timeout}")
-    if args.resume and args.out and Path(args.out) != Path(args.resume):
-        raise InputError("--resume FILE already names the results file; drop --out or make them the same")
-    path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    check_outputs(args, path)
+    path = _results_path(args)
+    # from here to "backends chosen": the kernels' packages imported here (``auto`` asks each whether it runs)
+    marks = {"device found": time.perf_counter()}
     # the spares import the kernels' packages as this process does, where free memory was measured before they
     # started (NVML): a package's import may make a CUDA context, which a measure taken now would count
     if device == "cuda" and args.workers and at_start.before_spares:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
     specs, auto_notes = _backend_specs(args, device, side_by_side=pool.carry_over and args.workers and not args.resume)
-    marks = {"backends chosen": time.perf_counter()}
+    marks["backends chosen"] = time.perf_counter()
     memory, measuring_s = None, 0.0
     if args.workers:
         memory, measuring_s = memory_before_the_spares_load(device, sets, at_start)
@@ -182,6 +174,22 @@ def _cases(args, suites):
     if shard is not None:
         cases = shards.take(cases, *shard)
     return cases, selected, shard
+
+
+def _results_path(args) -> str:
+    """The results file's path, once ``--chunk``, ``--timeout``, ``--resume`` and the outputs are checked."""
+    if args.chunk is None:
+        from ..running.chunk import CHUNK_CASES
+        args.chunk = CHUNK_CASES
+    if args.chunk < 1:
+        raise InputError(f"--chunk must be 1 or more, got {args.chunk}")
+    if not args.timeout > 0:
+        raise InputError(f"--timeout must be positive, got {args.timeout}")
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise InputError("--resume FILE already names the results file; drop --out or make them the same")
+    path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    check_outputs(args, path)
+    return path
 
 
 def device_asked(asked: str | None) -> str:

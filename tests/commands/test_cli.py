@@ -424,10 +424,10 @@ def test_summary_says_where_the_time_went(tmp_path):
     whole, cases = (float(x) for x in re.search(r"time: ([0-9.]+) s wall from the start \(([0-9.]+) s running cases\)",
                                                    line).groups())
     assert whole >= cases > 0, "the whole wall counts the start-up too, not only the cases"
-    steps = re.search(r"; first row at ([0-9.]+) s \(backends chosen at ([0-9.]+) s, memory measured and backends "
-                      r"loaded at ([0-9.]+) s\)$", line)
-    first, chosen, loaded = (float(x) for x in steps.groups())
-    assert 0 <= chosen <= loaded <= first <= whole, line     # where the time before the cases went, in order
+    steps = re.search(r"; first row at ([0-9.]+) s \(device found at ([0-9.]+) s, backends chosen at ([0-9.]+) s, "
+                      r"memory measured and backends loaded at ([0-9.]+) s\)$", line)
+    first, found, chosen, loaded = (float(x) for x in steps.groups())
+    assert 0 <= found <= chosen <= loaded <= first <= whole, line     # where the time before the cases went, in order
 
 
 def test_chunk_below_one_exits_2(tmp_path):
