@@ -122,7 +122,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     # before the first is every backend's (a kept worker is idle, its cache handed back; the gate counts
     # each worker's context).  Pinned sets measure each GPU again per backend, with fresh workers.
     pool.carry_over = sets[0].pin is None
-    path = _results_path(args)
+    path, resuming = _results_file(args)
     # from here to "backends chosen": the kernels' packages imported here (``auto`` asks each whether it runs)
     marks = {"device found": time.perf_counter()}
     # the spares import the kernels' packages as this process does, where free memory was measured before they
@@ -130,7 +130,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     if device == "cuda" and args.workers and at_start.before_spares:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
-    specs, auto_notes = _backend_specs(args, device, side_by_side=pool.carry_over and args.workers and not args.resume)
+    specs, auto_notes = _backend_specs(args, device, side_by_side(pool, args, resuming))
     marks["backends chosen"] = time.perf_counter()
     memory, measuring_s = None, 0.0
     if args.workers:
@@ -148,11 +148,11 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     if shard is not None:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)
         print(f"mla-verify: shard {shards.label(*shard)}: {len(cases)} of the {selected} case(s)", file=sys.stderr)
-    the_run = _Run(args, suites, cases, device, sets, summary, row_extra, path,
-                   bool(args.resume) and Path(args.resume).exists(), pool, at_start, len(backends))
+    the_run = _Run(args, suites, cases, device, sets, summary, row_extra, path, resuming, pool, at_start,
+                   len(backends), len(backends) > 1 and side_by_side(pool, args, resuming))
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     if len(backends) > 1 and not the_run.resuming:     # a line for the run; resuming, each backend's counts
-        order = "each starting as the one before hands out its last case" if the_run.side_by_side() \
+        order = "each starting as the one before hands out its last case" if the_run.side_by_side \
             else "one backend after another"
         print(f"mla-verify: {len(cases)} case(s) from {', '.join(s.name for s in suites)} on each of "
               f"{len(backends)} backends ({device}), {order}; results -> {path}", file=sys.stderr)
@@ -176,8 +176,8 @@ def _cases(args, suites):
     return cases, selected, shard
 
 
-def _results_path(args) -> str:
-    """The results file's path, once ``--chunk``, ``--timeout``, ``--resume`` and the outputs are checked."""
+def _results_file(args) -> tuple[str, bool]:
+    """The results file's path and whether the run resumes it, once the options and the outputs are checked."""
     if args.chunk is None:
         from ..running.chunk import CHUNK_CASES
         args.chunk = CHUNK_CASES
@@ -189,7 +189,7 @@ def _results_path(args) -> str:
         raise InputError("--resume FILE already names the results file; drop --out or make them the same")
     path = args.resume or args.out or f"reports/results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     check_outputs(args, path)
-    return path
+    return path, bool(args.resume) and Path(args.resume).exists()
 
 
 def device_asked(asked: str | None) -> str:
@@ -204,12 +204,12 @@ def device_asked(asked: str | None) -> str:
     return device
 
 
-def _backend_specs(args, device: str, side_by_side: bool) -> tuple[list[str], list[str]]:
-    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to; where the
-    backends will run side by side (``_Run.side_by_side``), the long builds first (``launch_order``)."""
+def _backend_specs(args, device: str, in_parallel: bool) -> tuple[list[str], list[str]]:
+    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to; where several
+    backends would run side by side (``side_by_side``), the long builds first (``launch_order``)."""
     from ..backends import expand_specs, launch_order
     specs, auto_notes = expand_specs(args.backend, device)
-    specs = launch_order(specs) if side_by_side else specs
+    specs = launch_order(specs) if in_parallel else specs
     for line in auto_lines(auto_notes):
         print(f"mla-verify: auto: {line}", file=sys.stderr)
     if args.require_kernel and not any(is_real_kernel(s) for s in specs):
@@ -233,18 +233,18 @@ class _Run:
     pool: WorkerPool
     at_start: MeasuredAtStart
     backends: int             # how many run
+    side_by_side: bool        # several, run side by side (``side_by_side``)
 
-    def side_by_side(self) -> bool:
-        """On one GPU (workers carried over), each backend starts as the one before hands out its last case
-        (``overlap``); pinned sets measure each GPU again and resuming reads the file per backend, so those run
-        one after another."""
-        return bool(self.pool.carry_over and self.args.workers and self.backends > 1 and not self.resuming)
+
+def side_by_side(pool: WorkerPool, args, resuming: bool) -> bool:
+    """Whether backends run side by side: on one GPU (workers carried over) each starts as the one before hands out
+    its last case (``overlap``); pinned sets measure each GPU again, resuming reads the file per backend."""
+    return bool(pool.carry_over and args.workers and not resuming)
 
 
 def _run_backends(r: _Run, writer, backends: list, memory):
-    """Every backend's cases: side by side at the seams (``_Run.side_by_side``), within ``--workers``, or one after
-    another."""
-    if r.side_by_side():
+    """Every backend's cases: side by side at the seams (``side_by_side``), within ``--workers``, or one by one."""
+    if r.side_by_side:
         r.pool.limit = r.args.workers * len(r.sets)
         overlap.one_after_another([functools.partial(_run_backend, r, writer, spec, backend, memory)
                                    for spec, backend in backends])
