@@ -8,6 +8,7 @@ results file: only the campaign's own rows are written there.
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,20 +120,30 @@ class Campaign:
         return self.summary
 
     def rounds(self, replay: list, started: float):
-        """The campaign's rounds, each drawn when it is asked for (``--time`` is checked then): the corpus's
-        cases first, then rounds of ``ROUND_CASES`` drawn cases."""
+        """The campaign's rounds, each yielded when it is asked for (``--time`` is checked then): the corpus's
+        cases first, then rounds of ``ROUND_CASES`` drawn cases.  Each round's cases are drawn while the round
+        before runs: a draw is pure (the seed and the index), and drawn in turn between rounds, with the worker
+        idle meanwhile, they cost the campaign a millisecond or more a case, several where the host's cores
+        are shared out over other processes."""
         if replay:
             self.replayed = len(replay)
             yield Round(replay, self.s.backend_spec, drawn=False)
         rounds = 0
-        while self._more(started):
-            count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - self.drawn)
-            indices = range(self.drawn, self.drawn + count)
-            cases = [self.draw(i) for i in indices]
-            self.drawn += count
-            yield Round(cases, spec_for_round(self.specs, self.s.seed, rounds), drawn=True,
-                        reruns={c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)})
-            rounds += 1
+        with ThreadPoolExecutor(max_workers=1) as drawing:
+            ahead = drawing.submit(self.draw_round, self.drawn)
+            while self._more(started):
+                indices, cases = ahead.result()
+                self.drawn += len(cases)
+                ahead = drawing.submit(self.draw_round, self.drawn)
+                yield Round(cases, spec_for_round(self.specs, self.s.seed, rounds), drawn=True,
+                            reruns={c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)})
+                rounds += 1
+
+    def draw_round(self, first: int) -> tuple[range, list]:
+        """The round of drawn cases that starts at index ``first``: its indices and its cases."""
+        count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - first)
+        indices = range(first, first + max(count, 0))
+        return indices, [self.draw(i) for i in indices]
 
     def _more(self, started: float) -> bool:
         if self.s.cases is not None:

@@ -11,6 +11,7 @@
 
 import re
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from helpers import run_cli
 
 from harness.backends import BUILTIN
 from harness.fuzz import candidates, corpus
+from harness.fuzz.campaign import ROUND_CASES, Campaign, Settings
 from harness.fuzz.draw import draw_case
 from harness.fuzz.profiles import round_specs, spec_for_round
 from harness.fuzz.shrink import shrink
@@ -89,6 +91,16 @@ def test_a_backend_with_engine_profiles_draws_one_each_round():
     assert set(rounds) == set(specs) and rounds == [spec_for_round(specs, 1, r) for r in range(20)]
     assert round_specs("flashmla@sglang-0.5.23", flashmla) == ["flashmla@sglang-0.5.23"]
     assert round_specs("torch", BUILTIN["torch"]()) == ["torch"]
+
+
+def test_rounds_drawn_ahead_are_the_draws_in_order_and_stop_at_the_count():
+    settings = Settings("torch", "cpu", seed=3, cases=70, seconds=None, bounds=Bounds(), corpus_dir="unused",
+                        workers=1, sets=[], timeout_s=1.0, chunk_cases=64)
+    campaign = Campaign(settings, BUILTIN["torch"](), pool=None, memory=None)
+    rounds = list(campaign.rounds([], time.perf_counter()))
+    assert [len(r.cases) for r in rounds] == [ROUND_CASES, ROUND_CASES, 70 - 2 * ROUND_CASES]
+    assert [c for r in rounds for c in r.cases] == drawn(3, 70)
+    assert campaign.drawn == 70 and rounds[2].reruns[rounds[2].cases[-1].id][0] == 69
 
 
 # ---- shrinking and the corpus file, without a kernel --------------------------------------------
