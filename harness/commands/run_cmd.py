@@ -123,6 +123,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     # each worker's context).  Pinned sets measure each GPU again per backend, with fresh workers.
     pool.carry_over = sets[0].pin is None
     path, resuming = _results_file(args)
+    parallel = side_by_side(pool, args, resuming)      # where several backends run: side by side or in turn
     # from here to "backends chosen": the kernels' packages imported here (``auto`` asks each whether it runs)
     marks = {"device found": time.perf_counter()}
     # the spares import the kernels' packages as this process does, where free memory was measured before they
@@ -130,7 +131,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
     if device == "cuda" and args.workers and at_start.before_spares:
         from ..backends import kernel_modules
         pool.preload(kernel_modules(args.backend))
-    specs, auto_notes = _backend_specs(args, device, side_by_side(pool, args, resuming))
+    specs, auto_notes = _backend_specs(args, device, parallel)
     marks["backends chosen"] = time.perf_counter()
     memory, measuring_s = None, 0.0
     if args.workers:
@@ -149,7 +150,7 @@ def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
         row_extra.update(shard=shards.label(*shard), shard_of=selected)
         print(f"mla-verify: shard {shards.label(*shard)}: {len(cases)} of the {selected} case(s)", file=sys.stderr)
     the_run = _Run(args, suites, cases, device, sets, summary, row_extra, path, resuming, pool, at_start,
-                   len(backends), len(backends) > 1 and side_by_side(pool, args, resuming))
+                   len(backends), len(backends) > 1 and parallel)
     # locked (a second writer stops here) and, on resume, validated whole before anything is written
     if len(backends) > 1 and not the_run.resuming:     # a line for the run; resuming, each backend's counts
         order = "each starting as the one before hands out its last case" if the_run.side_by_side \
@@ -205,8 +206,7 @@ def device_asked(asked: str | None) -> str:
 
 
 def _backend_specs(args, device: str, in_parallel: bool) -> tuple[list[str], list[str]]:
-    """``--backend`` expanded (``auto`` resolved, said on stderr), and ``--require-kernel`` held to; where several
-    backends would run side by side (``side_by_side``), the long builds first (``launch_order``)."""
+    """``--backend`` expanded (``auto`` said on stderr), ``--require-kernel`` held to; ``launch_order`` if parallel."""
     from ..backends import expand_specs, launch_order
     specs, auto_notes = expand_specs(args.backend, device)
     specs = launch_order(specs) if in_parallel else specs

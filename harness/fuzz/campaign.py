@@ -142,7 +142,7 @@ class Campaign:
     def draw_round(self, first: int) -> tuple[range, list]:
         """The round of drawn cases that starts at index ``first``: its indices and its cases."""
         count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - first)
-        indices = range(first, first + max(count, 0))
+        indices = range(first, first + count)      # empty once the count is drawn
         return indices, [self.draw(i) for i in indices]
 
     def _more(self, started: float) -> bool:
