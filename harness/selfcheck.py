@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from .mutants import MUTANTS, meets
 from .recording.status import gates
 from .running.backend_loader import load_backend
-from .running.runner import RunSummary, run_cases
+from .running.runner import run_cases
+from .running.summary import RunSummary
 
 CLEAN_SPEC = "torch"
 

@@ -77,8 +77,10 @@ def main(args) -> int:
     if args.ray is not None:
         return run_on_ray(args)
     from ..running.worker_pool import WorkerPool
+    from .run_start import start_spares
     with WorkerPool() as pool:      # the campaign's workers stopped and reaped on the way out
-        return run(args, pool)
+        at_start = start_spares(args, pool)     # as run's: before torch, so their imports overlap this process's
+        return run(args, pool, at_start)
 
 
 def _settings(args, spec: str, device: str, sets):
@@ -100,12 +102,12 @@ def _settings(args, spec: str, device: str, sets):
                     args.workers, sets, args.timeout, CHUNK_CASES)
 
 
-def run(args, pool) -> int:
+def run(args, pool, at_start) -> int:
     from ..fuzz import corpus
     from ..fuzz.campaign import Campaign
-    from ..running import resources
     from ..running.backend_loader import load_backend
     from .list_cmd import why_not_run
+    from .run_start import memory_before_the_spares_load
     spec = one_backend(args.backend)
     device = device_asked(args.device)
     sets = worker_sets(args, device)
@@ -116,7 +118,7 @@ def run(args, pool) -> int:
     path = _results_path(args)
     backend = load_backend(spec)                       # a bad spec fails before anything runs
     replay = corpus.replay_cases(args.corpus)          # so does a bad file in the corpus
-    memory = resources.available_bytes(device)         # once, before any worker: as run measures
+    memory, _ = memory_before_the_spares_load(device, sets, at_start)     # once, as run measures
     _say_start(args, settings, backend, replay, path)
     campaign = Campaign(settings, backend, pool, memory, progress=_progress(args),
                         refused=lambda case: why_not_run(case, backend, device, memory))

@@ -8,6 +8,7 @@ results file: only the campaign's own rows are written there.
 
 import dataclasses
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,8 @@ from ..backends.base import Feature
 from ..recording.status import Status
 from ..running.backend_loader import load_backend
 from ..running.chunk import run_chunk
-from ..running.runner import RunSummary, run_cases
+from ..running.runner import run_cases
+from ..running.summary import RunSummary
 from ..running.worker_process import worker_job
 from . import corpus
 from .draw import draw_case
@@ -25,8 +27,9 @@ from .progress import Progress, case_size
 from .shrink import SUITE_SEEDS, Shrunk, shrink, sizes_line
 from .signature import describe, signature
 from .space import Bounds
+from .stream import Stream
 
-ROUND_CASES = 32      # drawn cases per run_cases call: as many as run's chunks keep its workers busy with
+ROUND_CASES = 32      # drawn cases a block: each block runs on its index's engine profile (``profiles``)
 
 
 @dataclass
@@ -78,6 +81,12 @@ class Collect:
         self.rows.append(row)
 
 
+def _joined(blocks: list) -> Round:
+    """Drawn blocks of one spec as one round."""
+    return Round([c for b in blocks for c in b.cases], blocks[0].spec, drawn=True,
+                 reruns={k: v for b in blocks for k, v in b.reruns.items()})
+
+
 @dataclass
 class _CampaignRows:
     """The results file, as the campaign writes it: a drawn case's rerun line is the campaign that draws
@@ -107,37 +116,69 @@ class Campaign:
         self.deadline = None          # where --time ends (``run``)
 
     def run(self, writer, replay: list) -> RunSummary:
-        """The corpus's cases first, then drawn rounds until the cases or the time are spent."""
+        """The corpus's cases first, then drawn rounds until the cases or the time are spent: each stream of
+        rounds run (``Stream``), then the new signatures it met shrunk."""
         rows = _CampaignRows(writer, self.progress)
         started = time.perf_counter()
         self.deadline = None if self.s.seconds is None else started + self.s.seconds    # shrinking stops there too
-        for batch in self.rounds(replay, started):
-            rows.reruns = batch.reruns
-            before = len(self.summary.rows)
-            self.run_round(batch.cases, batch.spec, rows, self.summary)
-            self.judge(batch, self.summary.rows[before:])
+        self._warm(self.s.backend_spec if replay else spec_for_round(self.specs, self.s.seed, 0), self.s.workers,
+                   [s.pin for s in self.s.sets])       # the first round's job loads while it is drawn
+        upcoming = self.rounds(replay, started)
+        batch = next(upcoming, None)
+        while batch is not None:
+            stream = Stream(self, batch, upcoming, rows)
+            after = stream.run()
+            for done, met in stream.met:
+                self.shrink_new(done, met)
+            batch = after or next(upcoming, None)
         self.progress.close()
         return self.summary
 
+    @property
+    def blocks_per_round(self) -> int:
+        """Drawn blocks of ``ROUND_CASES`` run together as one round: as many as give every worker a chunk of
+        ``run``'s size (``chunk_cases``; a chunk's cases are compared together).  Rounds of one spec stream
+        through the same workers (``Stream``)."""
+        return max(1, self.s.workers) * max(1, len(self.s.sets)) * max(1, self.s.chunk_cases // ROUND_CASES)
+
     def rounds(self, replay: list, started: float):
         """The campaign's rounds, each yielded when it is asked for (``--time`` is checked then): the corpus's
-        cases first, then rounds of ``ROUND_CASES`` drawn cases.  Each round's cases are drawn while the round
-        before runs: a draw is pure (the seed and the index), and drawn in turn between rounds, with the worker
-        idle meanwhile, they cost the campaign a millisecond or more a case, several where the host's cores
-        are shared out over other processes."""
+        cases first, then drawn blocks, up to ``blocks_per_round`` of one spec a round.  A block's spec (its
+        engine profile) is its index's, so the cases and what each runs on are the seed's whatever the
+        workers."""
         if replay:
             self.replayed = len(replay)
             yield Round(replay, self.s.backend_spec, drawn=False)
-        rounds = 0
-        with ThreadPoolExecutor(max_workers=1) as drawing:
-            ahead = drawing.submit(self.draw_round, self.drawn)
+        group = []
+        for block in self._blocks(started):
+            if group and block.spec != group[0].spec:
+                yield _joined(group)
+                group = []
+            group.append(block)
+            if len(group) == self.blocks_per_round:
+                yield _joined(group)
+                group = []
+        if group:
+            yield _joined(group)
+
+    def _blocks(self, started: float):
+        """Blocks of ``ROUND_CASES`` drawn cases, each drawn while the rounds before run.  A draw is pure (the
+        seed and the index); drawn in turn between rounds, with the workers idle meanwhile, the cases cost
+        the campaign a millisecond or more each, several where the host's cores are shared out over other
+        processes.  A round's worth is drawn ahead."""
+        drawing = ThreadPoolExecutor(max_workers=1)
+        ahead = deque(drawing.submit(self.draw_round, b * ROUND_CASES) for b in range(self.blocks_per_round))
+        block = 0
+        try:
             while self._more(started):
-                indices, cases = ahead.result()
+                indices, cases = ahead.popleft().result()
+                ahead.append(drawing.submit(self.draw_round, (block + len(ahead) + 1) * ROUND_CASES))
                 self.drawn += len(cases)
-                ahead = drawing.submit(self.draw_round, self.drawn)
-                yield Round(cases, spec_for_round(self.specs, self.s.seed, rounds), drawn=True,
+                yield Round(cases, spec_for_round(self.specs, self.s.seed, block), drawn=True,
                             reruns={c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)})
-                rounds += 1
+                block += 1
+        finally:
+            drawing.shutdown(cancel_futures=True)      # the draws nobody will run are not waited for
 
     def draw_round(self, first: int) -> tuple[range, list]:
         """The round of drawn cases that starts at index ``first``: its indices and its cases."""
@@ -167,17 +208,23 @@ class Campaign:
             self.backends[spec] = load_backend(spec)
         return self.backends[spec]
 
-    def run_round(self, cases: list, spec: str, writer, summary: RunSummary):
-        """One round's cases through ``run_cases``: run's workers, isolation, chunks and checks."""
+    def run_round(self, cases: list, spec: str, writer, summary: RunSummary, more=None):
+        """A round's cases through ``run_cases``: run's workers, isolation, chunks and checks; ``more``, the
+        rounds streamed after it (``Stream``)."""
         self._warm(spec, self.s.workers, [s.pin for s in self.s.sets])
         run_cases(cases, self.backend_for(spec), spec, self.s.device, writer, progress=False,
                   workers=self.s.workers, timeout_s=self.s.timeout_s, summary=summary,
-                  chunk_cases=self.s.chunk_cases, memory=self.memory, sets=self.s.sets, pool=self.pool)
+                  chunk_cases=self.s.chunk_cases, memory=self.memory, sets=self.s.sets, pool=self.pool, more=more)
 
     def judge(self, batch: Round, round_rows: list):
         """A round's rows: each failure counted, and a new signature shrunk."""
+        self.shrink_new(batch, self.count(batch, round_rows))
+
+    def count(self, batch: Round, round_rows: list) -> list:
+        """A round's failures counted; each signature first met here noted (``found``) and returned, with the
+        smallest case that showed it (the quickest to shrink) and its row, for ``shrink_new``."""
         by_id = {c.id: c for c in batch.cases}
-        new: dict[tuple, list] = {}          # a signature first met in this round: its cases and rows
+        new: dict[tuple, list] = {}
         for row in round_rows:
             sig = signature(row)
             if sig is None:
@@ -188,12 +235,22 @@ class Campaign:
                 self.found[sig].cases += 1
             else:
                 new.setdefault(sig, []).append((case_size(case), case.id, case, row))
+        met = []
         for sig, failing in new.items():
-            _, _, case, row = min(failing, key=lambda f: f[:2])     # the smallest is the quickest to shrink
-            self.found[sig] = self._shrunk(case, row, sig, batch.spec, batch.reruns[case.id][1]) \
-                if batch.drawn else Found(sig, case, batch.spec, corpus=True)
-            self.found[sig].cases = len(failing)
+            _, _, case, row = min(failing, key=lambda f: f[:2])
+            self.found[sig] = Found(sig, case, batch.spec, corpus=not batch.drawn, cases=len(failing))
+            met.append((sig, case, row))
         self.progress.round_done()
+        return met
+
+    def shrink_new(self, batch: Round, met: list):
+        """The signatures a drawn round met first, shrunk (a corpus case replayed is not shrunk again)."""
+        if not batch.drawn:
+            return
+        for sig, case, row in met:
+            cases = self.found[sig].cases            # counted on by the rounds since
+            self.found[sig] = self._shrunk(case, row, sig, batch.spec, batch.reruns[case.id][1])
+            self.found[sig].cases = cases
 
     def _shrunk(self, case, row: dict, sig: tuple, spec: str, drawn_by: str) -> Found:
         """The failure shrunk, kept in the corpus, and its file run once more, alone."""

@@ -21,6 +21,9 @@ from .ray_cluster import Job
 
 
 class RayCampaign(Campaign):
+    # a block a round: the rounds are what the actors share out, and an actor's worker count is its own
+    blocks_per_round = 1
+
     def __init__(self, settings, backend, actors, progress=None):
         super().__init__(settings, backend, pool=None, memory=None, refused=self._refused, progress=progress)
         self.actors = actors

@@ -21,47 +21,20 @@ from multiprocessing.connection import wait
 from ..errors import InputError
 from ..recording.status import Status
 from . import placement
+from .dispatch import hand_out
 from .memory_gate import MemoryGate
 from .worker import State, Worker
 from .worker_output import attach
 from .worker_pool import WorkerPool
 from .worker_process import kill_worker, worker_job
 
-__all__ = ["MemoryGate", "hand_out", "run_isolated"]
-
-
-def hand_out(todo: list, pool: list, memory: MemoryGate, place=None, sets=(), held: bool = False, beside=()):
-    """Give each idle worker of ``place``'s set in ``pool`` its next chunk from ``todo`` where memory
-    allows; with none left it may run, retire it, unless chunks are ``held`` back for later (then it waits).
-    Where no chunk fits, the idle workers that kept a cache are told to empty it.  Memory is the set's own
-    (one GPU's): other sets' workers do not count; ``beside``, other backends' workers on it, do."""
-    mine = [w for w in pool if getattr(w, "place", None) is place]
-    allowed = (lambda chunk: placement.may_run(chunk, place, sets)) if sets else None
-    for w in mine:
-        if not w.idle():
-            continue
-        if not todo and held:
-            continue
-        if not todo or (allowed is not None and not any(map(allowed, todo))):
-            w.retire()
-            pool.remove(w)
-            continue
-        others = [o for o in mine if o is not w] + list(beside)
-        alone = not any(o.may_hand_back() for o in others)
-        i = memory.pick(todo, sum(o.footprint() for o in others), w.cache, alone, allowed)
-        if i is not None:
-            chunk = todo.pop(i)
-            w.send(chunk, memory.holds(chunk))
-            continue
-        for o in mine:
-            if o.state is State.CACHED:
-                o.empty_cache()
+__all__ = ["MemoryGate", "run_isolated"]
 
 
 def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers=1, timeout_s=300.0,
                  startup_timeout_s=300.0, memory: MemoryGate | None = None, stop=None, sets=None,
                  pool: WorkerPool | None = None, later=(), on_release=None, waits_on=None, drained=None,
-                 halt=None) -> list:
+                 halt=None, feed=None) -> list:
     """Run ``chunks`` (lists of cases) in ``workers`` processes; ``on_row(row)`` gets every row.
 
     ``run_chunk(cases, backend, spec, device, on_start=, context_lost=)`` runs in a worker (a
@@ -76,18 +49,20 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     case ids, all of ``chunks`` by default) are in; ``on_release()`` once every case of ``chunks`` has its row.
     ``drained()`` once every chunk is handed out (the next backend may start, ``overlap``); ``halt``: an event
     that, set, ends the run as a Ctrl-C does.  At most ``pool.limit`` workers of every backend work at once.
+    ``feed()``: more chunks, asked for whenever every chunk is handed out and a worker waits, until it gives
+    None; meanwhile no worker retires for want of a chunk (a stream of rounds, ``fuzz``).
     """
     if pool is None:
         with WorkerPool() as own:
             return run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, workers, timeout_s,
                                 startup_timeout_s, memory, stop, sets, own, later, on_release, waits_on, drained,
-                                halt)
+                                halt, feed)
     sets = list(sets) if sets else [placement.WorkerSet(memory=memory)]
     for s in sets:
         s.memory = s.memory or MemoryGate()
     job = worker_job(backend_spec, device, run_chunk, workers * len(sets))
     run = _Run([list(c) for c in chunks if c], sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s,
-               pool)
+               pool, feed)
     run.hold([list(c) for c in later if c], on_release, waits_on)
     working = []
     try:
@@ -96,6 +71,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
                 raise KeyboardInterrupt
             run.heed_stop()
             run.release(working)
+            run.refill(working)
             if not run.staff(working, workers * len(sets)):
                 break
             run.assign(working)
@@ -115,7 +91,7 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
 class _Run:
     """What ``run_isolated`` keeps while it runs: the chunks to do and what a worker's news does to them."""
 
-    def __init__(self, todo, sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s, pool):
+    def __init__(self, todo, sets, job, backend_spec, on_row, crash_row, stop, startup_timeout_s, pool, feed=None):
         self.todo, self.sets, self.job, self.backend_spec = todo, sets, job, backend_spec
         self.on_row, self.crash_row, self.stop, self.startup_timeout_s = on_row, crash_row, stop, startup_timeout_s
         self.pool = pool
@@ -123,6 +99,7 @@ class _Run:
         self.later, self.on_release = [], None     # held back until the rows they wait on are in (``release``)
         self.first, self.waits_on = set(), None    # the case ids of the chunks run first, not yet recorded
         self.staffed = False                       # the first workers started (``staff``)
+        self.feed = feed                           # more chunks once these are handed out (``refill``)
 
     def hold(self, later: list, on_release, waits_on):
         """Hold ``later`` back: each chunk until the cases ``waits_on(chunk)`` names have their rows (by default
@@ -148,13 +125,26 @@ class _Run:
         or chunks waiting for a place another backend will free."""
         side_by_side = self.pool.limit is not None
         startable = len(self.todo) + (0 if side_by_side else len(self.later))
-        while len(working) < min(wanted, startable) and self.pool.may_start() and (side_by_side or not self.staffed):
+        growing = side_by_side or not self.staffed or self.feed is not None    # a stream's later chunks too
+        while len(working) < min(wanted, startable) and self.pool.may_start() and growing:
             working.append(self.start(self.sets[len(working) % len(self.sets)]))
         self.staffed = True
         if working or not (side_by_side and (self.todo or self.later) and self.pool.working):
             return bool(working)
         time.sleep(0.05)
         return True
+
+    def refill(self, working: list):
+        """Once every chunk is handed out and a worker waits for one, the next from ``feed`` (none: it is done, or
+        the run is stopping).  Not sooner: what ``feed`` gives is started, and a campaign's time checked there
+        would be overrun by a whole round more."""
+        if working and not any(w.idle() for w in working):
+            return
+        while self.feed is not None and not self.todo and not self.later:
+            chunks = None if self.stop is not None and self.stop() else self.feed()
+            if chunks is None:
+                self.feed = None
+            self.todo.extend(chunks or [])
 
     def heed_stop(self):
         """Once ``stop()`` says so, the chunks waiting are set aside: none of them starts."""

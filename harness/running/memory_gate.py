@@ -5,7 +5,7 @@ counts.  A worker's allocator keeps what its chunks allocated, to reuse without 
 (emptying it after each large chunk cost the upstream matrix 5-10% on the H200, docs/archive/gpu-runs-history.md).
 So a worker holds its chunk in flight and the cache it reported after its last chunk, and a chunk is
 admitted only beside everything every worker holds.  When no chunk fits, the idle workers are told to
-empty their caches (``isolation.hand_out``).  A chunk that fits nothing runs alone (its cases' fit was
+empty their caches (``dispatch.hand_out``).  A chunk that fits nothing runs alone (its cases' fit was
 checked before the run).  The gate is as good as ``cost``: the scale suite ran out of memory with
 SGLang's kernels while their fp8 verify view went uncounted (docs/archive/gpu-runs-history.md, 2026-12-03).
 """

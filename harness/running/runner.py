@@ -9,9 +9,7 @@ as each chunk finishes.  What is done with a case's inputs is its scenario
 """
 
 import functools
-import threading
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -19,12 +17,13 @@ from ..phases import KERNEL
 from ..planning.cases import Case
 from ..recording.outcome import Outcome, result_row
 from ..recording.results import ResultsWriter
-from ..recording.status import Status, gates, verdict_of
+from ..recording.status import Status, gates
 from . import chunk, isolation, placement, resources, warm_up
 from .built_variants import Memo
 from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
+from .summary import RunSummary
 from .worker_pool import WorkerPool
 
 
@@ -53,74 +52,13 @@ def run_case(case: Case, backend, backend_spec: str, device: str) -> dict:
     return run_chunk([case], backend, backend_spec, device)[0]
 
 
-@dataclass
-class RunSummary:
-    rows: list = field(default_factory=list)        # rows written by this invocation
-    previous: list = field(default_factory=list)    # rows kept from the resumed file, for the cases asked for
-    seconds: float = 0.0                             # running the cases, backend by backend
-    started: float | None = None                     # perf_counter at the command's start, for the whole wall
-    io_seconds: float = 0.0                          # writing rows to the results file
-    workers: int = 0                                 # the most worker processes any backend ran in
-    warm_up_seconds: float = 0.0                     # of ``seconds``: running each kernel variant's first case
-    warm_up_cases: int = 0                           # those first cases (``warm_up``), over every backend
-    selection: list = field(default_factory=list)   # how ``auto`` chose its backends, line by line
-    marks: dict = field(default_factory=dict)        # perf_counter when each step before the cases ended (``run``)
-    first_row: float | None = None                   # perf_counter when the first case that ran gave its row
-    # each backend's (start, end) running cases and warming up: backends side by side overlap (``add_span``)
-    spans: dict = field(default_factory=lambda: {"cases": [], "warm_up": []})
-
-    def add_span(self, start: float, end: float, warm_up: bool = False):
-        """One backend's time running cases (or its warm-up) counted once where backends overlap (``overlap``):
-        ``seconds`` (``warm_up_seconds``) grows by what the span adds to the union of those before."""
-        with _SPANS:
-            spans = self.spans["warm_up" if warm_up else "cases"]
-            before = _covered(spans)
-            spans.append((start, end))
-            gained = _covered(spans) - before
-            if warm_up:
-                self.warm_up_seconds += gained
-            else:
-                self.seconds += gained
-
-    @property
-    def all_rows(self) -> list:
-        return self.previous + self.rows
-
-    def count(self, status: str) -> int:
-        return sum(r["status"] == status for r in self.all_rows)
-
-    @property
-    def verdict(self):
-        return verdict_of(self.all_rows)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict.ok
-
-    @property
-    def cases_per_second(self) -> float:
-        return len(self.rows) / self.seconds if self.seconds > 0 else float("inf")
-
-
-_SPANS = threading.Lock()       # backends side by side add their spans from their own threads
-
-
-def _covered(spans: list) -> float:
-    """The length of the union of ``spans``."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        total += max(0.0, end - max(start, reach))
-        reach = max(reach, end)
-    return total
-
-
 def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer: ResultsWriter,
               skip_ids: set | None = None, progress: bool = True, workers: int = 0,
               timeout_s: float = 300.0, summary: RunSummary | None = None,
               row_extra: dict | None = None, chunk_cases: int = chunk.CHUNK_CASES,
               memory: tuple[int, str] | None = None, max_timeouts: int = MAX_TIMEOUTS,
               sets: list | None = None, pool: WorkerPool | None = None, warm: bool = False, drained=None,
-              halt=None, built: Memo | None = None) -> RunSummary:
+              halt=None, built: Memo | None = None, more=None) -> RunSummary:
     """Run cases and write each row as it finishes.
 
     ``workers == 0`` runs in this process; otherwise kernels run in that many
@@ -138,12 +76,14 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
     ``warm``: run the first case of each variant the backend's JIT compiles (``compiled_per``) first, each alone,
     the rest once they are all done (``warm_up``), but those ``built`` names (``built_variants``), where it notes.
     ``drained``, ``halt``: for backends run side by side (``overlap``; ``isolation.run_isolated``).
+    ``more()``: the next cases, asked for each time every chunk is handed out and a worker waits, until it gives
+    None (a campaign's rounds streamed to the same workers, ``fuzz``); they are planned as ``cases`` are.
     """
     if pool is None:
         with WorkerPool() as own:
             return run_cases(cases, backend, backend_spec, device, writer, skip_ids, progress, workers, timeout_s,
                              summary, row_extra, chunk_cases, memory, max_timeouts, sets, own, warm, drained, halt,
-                             built)
+                             built, more)
     todo = [c for c in cases if c.id not in (skip_ids or set())]
     summary = RunSummary() if summary is None else summary
     started = time.perf_counter()
@@ -154,8 +94,8 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
         memory = resources.available_bytes(device)
     sets = sets or [placement.WorkerSet()]
     summary.workers = max(summary.workers, workers * len(sets))
-    first, chunks = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases,
-                          backend.compiled_per if warm else (), built.built(backend) if built else set())
+    first, chunks, plan_more = _plan(todo, rec, memory, sets, max(workers, 1), chunk_cases,
+                                     backend.compiled_per if warm else (), built.built(backend) if built else set())
     if workers:
         never_run = isolation.run_isolated(first or chunks, backend_spec, device, rec.record, rec.lost_row,
                                            run_chunk, workers=workers, timeout_s=timeout_s,
@@ -163,12 +103,15 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
                                            later=chunks if first else (), on_release=rec.warmed,
                                            waits_on=warm_up.waits_on([c for chunk in first for c in chunk],
                                                                      backend.compiled_per),
-                                           drained=drained, halt=halt)
+                                           drained=drained, halt=halt, feed=_feed(more, plan_more, rec))
         rec.warmed()          # where every case was a variant's first, nothing was held back to release
     else:
         never_run = _run_here(first, rec, sets[0])
         rec.warmed()
         never_run += _run_here(chunks, rec, sets[0])
+        feed = _feed(more, plan_more, rec)
+        while feed is not None and (chunks := feed()) is not None:
+            never_run += _run_here(chunks, rec, sets[0])
     for case in never_run:
         rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
     rec.finish(built)
@@ -238,17 +181,12 @@ class _Recorder:
 def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, compiled_per: tuple, built: set):
     """The chunks to run: cases refused here recorded at once, each set's memory gate built, and the
     rest planned into chunks no larger than the machine can give all workers' chunks at once: the first case
-    of each variant of ``compiled_per`` not ``built`` alone, in chunks of their own, and the rest."""
+    of each variant of ``compiled_per`` not ``built`` alone, in chunks of their own, and the rest; and how
+    cases asked for later are planned (``more``)."""
     backend, device = rec.backend, rec.device
     available, measured = memory      # once: a verdict must not depend on the moment
     available, measured = _least(sets, available, measured)
-    runnable = []
-    for case in todo:
-        refused = precheck(case, backend, device, available, measured)
-        if refused is not None:
-            rec.record(rec.row(case, refused))
-        else:
-            runnable.append(case)
+    runnable = [case for case in todo if not _refused(case, rec, available, measured)]
     cost = functools.partial(resources.chunk_bytes, capabilities=backend.capabilities)
     for s in sets:
         s.memory = MemoryGate(cost, _set_budget(device, s, available, workers, len(sets)))
@@ -257,7 +195,36 @@ def _plan(todo, rec: _Recorder, memory, sets, workers: int, chunk_cases: int, co
     if first:
         rec.warming(first, compiled_per)
     plan = functools.partial(chunk.plan, max_bytes=min(chunk.chunk_budget(device), budget), cost=cost)
-    return plan(first, max_cases=1), plan(rest, max_cases=min(chunk_cases, spread(len(rest), workers * len(sets))))
+
+    def plan_rest(cases):
+        return plan(cases, max_cases=min(chunk_cases, spread(len(cases), workers * len(sets))))
+
+    def plan_more(cases):
+        """Cases asked for later (``more``), refused or planned as the first ones, in the gates built here."""
+        return plan_rest([case for case in cases if not _refused(case, rec, available, measured)])
+    return plan(first, max_cases=1), plan_rest(rest), plan_more
+
+
+def _refused(case, rec: _Recorder, available: int, measured: str) -> bool:
+    """Whether ``case`` is not run here (``precheck``): then its row is recorded now."""
+    refused = precheck(case, rec.backend, rec.device, available, measured)
+    if refused is not None:
+        rec.record(rec.row(case, refused))
+    return refused is not None
+
+
+def _feed(more, plan_more, rec: _Recorder):
+    """``more`` as the chunks ``run_isolated`` asks for, the breaker's tripping ending it; None without."""
+    if more is None:
+        return None
+
+    def feed():
+        cases = None if rec.breaker.tripped else more()
+        if cases is None:
+            return None
+        rec.bar.total += len(cases)
+        return plan_more(cases)
+    return feed
 
 
 def spread(cases: int, workers: int) -> int:

@@ -95,12 +95,31 @@ def test_a_backend_with_engine_profiles_draws_one_each_round():
 
 def test_rounds_drawn_ahead_are_the_draws_in_order_and_stop_at_the_count():
     settings = Settings("torch", "cpu", seed=3, cases=70, seconds=None, bounds=Bounds(), corpus_dir="unused",
-                        workers=1, sets=[], timeout_s=1.0, chunk_cases=64)
+                        workers=1, sets=[], timeout_s=1.0, chunk_cases=ROUND_CASES)
     campaign = Campaign(settings, BUILTIN["torch"](), pool=None, memory=None)
     rounds = list(campaign.rounds([], time.perf_counter()))
     assert [len(r.cases) for r in rounds] == [ROUND_CASES, ROUND_CASES, 70 - 2 * ROUND_CASES]
     assert [c for r in rounds for c in r.cases] == drawn(3, 70)
     assert campaign.drawn == 70 and rounds[2].reruns[rounds[2].cases[-1].id][0] == 69
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_round_is_a_chunk_a_worker_of_blocks_of_one_profile(workers):
+    """Blocks merge into rounds of ``workers`` chunks of ``chunk_cases``; each block keeps its index's profile,
+    so the cases and the profile each runs on are the seed's whatever the workers."""
+    settings = Settings("flashmla", "cpu", seed=5, cases=40 * ROUND_CASES, seconds=None, bounds=Bounds(),
+                        corpus_dir="unused", workers=workers, sets=[], timeout_s=1.0, chunk_cases=2 * ROUND_CASES)
+    flashmla = BUILTIN["flashmla"]()
+    campaign = Campaign(settings, flashmla, pool=None, memory=None, refused=lambda case: None)
+    assert campaign.blocks_per_round == 2 * workers
+    rounds = list(campaign.rounds([], time.perf_counter()))
+    specs = round_specs("flashmla", flashmla)
+    index = {c.id: r.reruns[c.id][0] for r in rounds for c in r.cases}
+    assert sorted(index.values()) == list(range(40 * ROUND_CASES))
+    for r in rounds:
+        assert len(r.cases) <= 2 * workers * ROUND_CASES
+        assert {spec_for_round(specs, 5, index[c.id] // ROUND_CASES) for c in r.cases} == {r.spec}
+    assert max(len(r.cases) for r in rounds) == 2 * workers * ROUND_CASES      # some runs of one profile fill one
 
 
 # ---- shrinking and the corpus file, without a kernel --------------------------------------------
