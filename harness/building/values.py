@@ -16,6 +16,8 @@ distribution, each given float32 ``x`` (rows first, a row's values last) and the
   keys it reads (``key_rows``).  ``large``: q scaled row by row, or the whole KV by one factor, so that the
   largest score of a row (of the KV's largest row) is ``LARGE_SCORE`` once the softmax scale is applied: a
   kernel that skips the running-max subtraction computes exp(88) = 1.7e38, and its P·V overflows float32.
+  Where the tensor's dtype cannot carry that (fp16 q against ``tiny`` keys), a vector goes as far as the
+  dtype's largest value instead (``_within``), never to inf.
   ``peaked``: one key per row scores ``PEAK_SCORE`` (q: each row and head aligned with one of its keys; KV:
   one key of each row aligned with the row's heads), the others near 0.
 
@@ -160,6 +162,16 @@ def peaked_kv(q, kv, rows: KeyRows, scale: float, gen) -> torch.Tensor:
     return out
 
 
+def _within(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A joint distribution's ``x`` (float32), each vector (its last dim) scaled down where its largest magnitude
+    is past ``dtype``'s largest finite value, to that value; elsewhere left as it is, bit for bit.  A score the
+    dtype cannot carry (``large`` q against ``tiny`` fp16 keys asks q of about 1e5, past fp16's 65504) is then
+    met as nearly as it can be, and the kernel's input stays finite."""
+    top = torch.finfo(dtype).max
+    peak = x.abs().amax(dim=-1, keepdim=True)
+    return torch.where(peak > top, x * (top / peak), x)
+
+
 JOINT_Q = {"large": large_q, "peaked": peaked_q}
 JOINT_KV = {"large": large_kv, "peaked": peaked_kv}
 
@@ -176,10 +188,10 @@ def shaped(case: Case, q: torch.Tensor, kv: torch.Tensor, rows_of, gen: torch.Ge
     kvf = OWN[case.kv_values](kv.float(), gen, rows.token_request)
     keys = kv.shape[0] > 0                         # an all-empty batch draws no token: nothing to score
     if case.kv_values in JOINT_KV and keys:
-        kvf = JOINT_KV[case.kv_values](qf, kvf, rows, case.softmax_scale, gen)
+        kvf = _within(JOINT_KV[case.kv_values](qf, kvf, rows, case.softmax_scale, gen), kv.dtype)
     kv = kvf.to(kv.dtype)
     if case.q_values in JOINT_Q and keys:
-        qf = JOINT_Q[case.q_values](qf, kv.float(), rows, case.softmax_scale, gen)
+        qf = _within(JOINT_Q[case.q_values](qf, kv.float(), rows, case.softmax_scale, gen), q.dtype)
     return qf.to(q.dtype).view(q.shape), kv
 
 

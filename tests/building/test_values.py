@@ -74,6 +74,18 @@ def test_large_kv_puts_the_largest_score_of_the_case_near_the_exp_limit():
     assert 87.0 < float(top) < FLOAT32_EXP_LIMIT
 
 
+@pytest.mark.parametrize("seed", [2, 5])
+def test_a_score_fp16_cannot_carry_stays_finite_as_near_as_fp16_goes(seed):
+    """``large`` q against ``tiny`` fp16 keys, a request of one key, asks q past fp16's 65504 (a fuzz campaign
+    on the clean torch backend drew one: inf in q, NaN in the oracle); each vector stops at 65504 instead."""
+    case = dense_case(dtype="fp16", batch_size=1, heads=8, seqlen="equal:1", seed=seed, q_values="large",
+                      kv_values="tiny")
+    q, kv, _ = read_back(case)               # the KV tokens the requests read, not the pool's poisoned slots
+    assert torch.isfinite(q).all() and torch.isfinite(kv).all()
+    assert q.abs().max() == torch.finfo(torch.float16).max
+    assert run(case, TorchBackend(), "cpu").status is Status.PASS
+
+
 @pytest.mark.parametrize("field", ["q_values", "kv_values"])
 def test_peaked_gives_each_row_one_dominant_key(field):
     weights = torch.softmax(row_scores(dense_case(**{field: "peaked"})), dim=-1)
