@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from .mutants import MUTANTS, meets
 from .recording.status import gates
 from .running.backend_loader import load_backend
+from .running.run_summary import RunSummary
 from .running.runner import run_cases
-from .running.summary import RunSummary
 
 CLEAN_SPEC = "torch"
 

@@ -113,7 +113,7 @@ def main(args) -> int:
 
 
 def run(args, pool: WorkerPool, at_start: MeasuredAtStart) -> int:
-    from ..running.summary import RunSummary
+    from ..running.run_summary import RunSummary
     suites = load_suites(args.suite)
     cases, selected, shard = _cases(args, suites)
     device = device_asked(args.device)

@@ -17,8 +17,8 @@ from ..backends.base import Feature
 from ..recording.status import Status
 from ..running.backend_loader import load_backend
 from ..running.chunk import run_chunk
+from ..running.run_summary import RunSummary
 from ..running.runner import run_cases
-from ..running.summary import RunSummary
 from ..running.worker_process import worker_job
 from . import corpus
 from .draw import draw_case

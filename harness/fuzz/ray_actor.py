@@ -13,7 +13,7 @@ import socket
 
 from ..allocator import keep_freed_blocks
 from ..cores import passive_openmp
-from ..running.summary import RunSummary
+from ..running.run_summary import RunSummary
 
 CPU_THREADS = 1       # a CPU actor's torch threads: the one CPU Ray gives it
 

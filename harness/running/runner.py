@@ -23,7 +23,7 @@ from .built_variants import Memo
 from .chunk import run_chunk
 from .circuit_breaker import MAX_TIMEOUTS, CircuitBreaker, timeout_limit  # noqa: F401  (``run``'s options)
 from .memory_gate import MemoryGate
-from .summary import RunSummary
+from .run_summary import RunSummary
 from .worker_pool import WorkerPool
 
 

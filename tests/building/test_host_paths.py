@@ -21,7 +21,7 @@ from harness.planning.cases import Case
 from harness.recording.console import memcheck_command
 from harness.recording.summary import print_summary
 from harness.running import gpu_memory, worker_pool
-from harness.running.summary import RunSummary
+from harness.running.run_summary import RunSummary
 from reference import mla_attention_batched
 
 

@@ -15,7 +15,7 @@ from harness.recording.console import REASONS_ON_ITS_LINE, SHOWN_FINDINGS, SHOWN
 from harness.recording.findings import finding_record, size
 from harness.recording.results import read_rows
 from harness.recording.summary import print_summary
-from harness.running.summary import RunSummary
+from harness.running.run_summary import RunSummary
 
 MUTANT = "mutant:lse_base2"
 

@@ -21,7 +21,7 @@ from harness.recording.summary import print_summary
 from harness.report import write_report
 from harness.report.build import SHOWN_REASONS as REPORT_SHOWN
 from harness.running.resources import too_large_reason
-from harness.running.summary import RunSummary
+from harness.running.run_summary import RunSummary
 
 ONE_CASE = load_suite("smoke").cases[0].id
 

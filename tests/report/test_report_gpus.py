@@ -11,7 +11,7 @@ from harness.cli import main as cli
 from harness.recording.summary import time_line
 from harness.report import write_report
 from harness.report.rows import gpu_model
-from harness.running.summary import RunSummary
+from harness.running.run_summary import RunSummary
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 KERNEL = "kern"

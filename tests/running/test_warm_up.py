@@ -15,8 +15,8 @@ from harness.recording.summary import time_line
 from harness.running import overlap, warm_up
 from harness.running.backend_loader import load_backend
 from harness.running.built_variants import Memo
+from harness.running.run_summary import RunSummary
 from harness.running.runner import run_cases
-from harness.running.summary import RunSummary
 from harness.running.worker_pool import WorkerPool
 
 # case g/i has HEADS[i] heads; the plug-in's "compiler" keys on heads, so 4, 5 and 6 are its variants
