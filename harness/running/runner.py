@@ -106,12 +106,7 @@ def run_cases(cases: list[Case], backend, backend_spec: str, device: str, writer
                                            drained=drained, halt=halt, feed=_feed(more, plan_more, rec))
         rec.warmed()          # where every case was a variant's first, nothing was held back to release
     else:
-        never_run = _run_here(first, rec, sets[0])
-        rec.warmed()
-        never_run += _run_here(chunks, rec, sets[0])
-        feed = _feed(more, plan_more, rec)
-        while feed is not None and (chunks := feed()) is not None:
-            never_run += _run_here(chunks, rec, sets[0])
+        never_run = _in_this_process(first, chunks, _feed(more, plan_more, rec), rec, sets[0])
     for case in never_run:
         rec.record(rec.lost_row(case, Status.TIMEOUT, rec.breaker.reason()))
     rec.finish(built)
@@ -233,6 +228,16 @@ def spread(cases: int, workers: int) -> int:
     sparse prefill built a kernel for nearly every one of its 23 cases after the warm-up (its Triton kernel
     takes the sizes and the softmax scale as constants), all in one chunk, one after another, for 29 s."""
     return max(1, -(-cases // max(workers, 1)))
+
+
+def _in_this_process(first, chunks, feed, rec: _Recorder, place) -> list:
+    """``--workers 0``: the variants' first cases, then the rest, then what ``feed`` gives; the cases never run."""
+    never_run = _run_here(first, rec, place)
+    rec.warmed()
+    never_run += _run_here(chunks, rec, place)
+    while feed is not None and (more := feed()) is not None:
+        never_run += _run_here(more, rec, place)
+    return never_run
 
 
 def _run_here(chunks, rec: _Recorder, place) -> list:
