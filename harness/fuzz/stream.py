@@ -4,9 +4,13 @@ round's slowest chunk, and none is handed back to the pool and told its backend 
 ``run``'s one stream of chunks, which fuzzing matches.
 
 Each round is judged as its last row comes in (``Campaign.count``).  The stream ends at the first round of
-another spec, which starts the next stream, or once a round has met a signature not seen before: shrinking
-it needs the workers (``Campaign.shrink_new``), so no further round starts till it is done.
+another spec, which starts the next stream, or as soon as a drawn case's row shows a signature not seen before:
+shrinking it needs the workers (``Campaign.shrink_new``), so no further round starts, and the rounds handed
+out finish, before it is shrunk.  Its round need not be done: a round's chunks may take a while (a cold JIT
+builds its kernels in them).
 """
+
+from .signature import signature
 
 
 class Stream:
@@ -17,6 +21,7 @@ class Stream:
         self.got = {}            # id(round) -> its rows so far
         self.met = []            # (round, what ``count`` returned) for each round that met a new signature
         self.after = None        # the round of another spec that ended the stream
+        self.new = False         # a drawn case's row showed a signature not seen before
         self._add(first)
 
     def run(self):
@@ -26,8 +31,8 @@ class Stream:
 
     def more(self):
         """The next round's cases, or None: the stream ends (the rounds are spent, the spec changes, or a
-        round met a new signature)."""
-        if self.met:
+        drawn case met a new signature)."""
+        if self.new:
             return None
         batch = next(self.upcoming, None)
         if batch is not None and batch.spec != self.spec:
@@ -41,6 +46,8 @@ class Stream:
         """A row to the campaign's results; the last of its round has the round counted."""
         self.rows.write(row)
         batch = self.waiting.pop(row["case_id"])
+        sig = signature(row)
+        self.new = self.new or (batch.drawn and sig is not None and sig not in self.campaign.found)
         got = self.got[id(batch)]
         got.append(row)
         if len(got) == len(batch.cases):
