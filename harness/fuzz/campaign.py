@@ -1,6 +1,6 @@
-"""A fuzz campaign: the corpus replayed first, then rounds of drawn cases, each round one
-``runner.run_cases`` call (the workers, isolation, checks and results file of ``run``); a failure with
-a signature not seen yet is shrunk (``shrink``) and kept in the corpus (``corpus``).
+"""A fuzz campaign: the corpus replayed first, then rounds of drawn cases, the rounds of one engine profile
+streamed through one ``runner.run_cases`` call (``stream``: the workers, isolation, checks and results file of
+``run``); a failure with a signature not seen yet is shrunk (``shrink``) and kept in the corpus (``corpus``).
 
 Shrink candidates run in one worker process per step (``--workers 0``: in this process), never in the
 results file: only the campaign's own rows are written there.
@@ -167,12 +167,12 @@ class Campaign:
         the campaign a millisecond or more each, several where the host's cores are shared out over other
         processes.  A round's worth is drawn ahead."""
         drawing = ThreadPoolExecutor(max_workers=1)
-        ahead = deque(drawing.submit(self.draw_round, b * ROUND_CASES) for b in range(self.blocks_per_round))
+        ahead = deque(drawing.submit(self.draw_block, b * ROUND_CASES) for b in range(self.blocks_per_round))
         block = 0
         try:
             while self._more(started):
                 indices, cases = ahead.popleft().result()
-                ahead.append(drawing.submit(self.draw_round, (block + len(ahead) + 1) * ROUND_CASES))
+                ahead.append(drawing.submit(self.draw_block, (block + len(ahead) + 1) * ROUND_CASES))
                 self.drawn += len(cases)
                 yield Round(cases, spec_for_round(self.specs, self.s.seed, block), drawn=True,
                             reruns={c.id: (i, self.rerun_line(i)) for i, c in zip(indices, cases)})
@@ -180,8 +180,8 @@ class Campaign:
         finally:
             drawing.shutdown(cancel_futures=True)      # the draws nobody will run are not waited for
 
-    def draw_round(self, first: int) -> tuple[range, list]:
-        """The round of drawn cases that starts at index ``first``: its indices and its cases."""
+    def draw_block(self, first: int) -> tuple[range, list]:
+        """The block of drawn cases that starts at index ``first``: its indices and its cases."""
         count = ROUND_CASES if self.s.cases is None else min(ROUND_CASES, self.s.cases - first)
         indices = range(first, first + count)      # empty once the count is drawn
         return indices, [self.draw(i) for i in indices]
