@@ -50,7 +50,8 @@ def run_isolated(chunks, backend_spec, device, on_row, crash_row, run_chunk, wor
     ``drained()`` once every chunk is handed out (the next backend may start, ``overlap``); ``halt``: an event
     that, set, ends the run as a Ctrl-C does.  At most ``pool.limit`` workers of every backend work at once.
     ``feed()``: more chunks, asked for whenever every chunk is handed out and a worker waits, until it gives
-    None; meanwhile no worker retires for want of a chunk (a stream of rounds, ``fuzz``).
+    None (as it must once ``stop()`` is true); meanwhile no worker retires for want of a chunk (a stream of
+    rounds, ``fuzz``).
     """
     if pool is None:
         with WorkerPool() as own:
@@ -135,13 +136,13 @@ class _Run:
         return True
 
     def refill(self, working: list):
-        """Once every chunk is handed out and a worker waits for one, the next from ``feed`` (none: it is done, or
-        the run is stopping).  Not sooner: what ``feed`` gives is started, and a campaign's time checked there
-        would be overrun by a whole round more."""
+        """Once every chunk is handed out and a worker waits for one, the next from ``feed`` (None: it is done; a
+        feed heeds ``stop`` itself, as ``runner``'s does its breaker).  Not sooner: what ``feed`` gives is started,
+        and a campaign's time checked there would be overrun by a whole round more."""
         if working and not any(w.idle() for w in working):
             return
         while self.feed is not None and not self.todo and not self.later:
-            chunks = None if self.stop is not None and self.stop() else self.feed()
+            chunks = self.feed()
             if chunks is None:
                 self.feed = None
             self.todo.extend(chunks or [])
