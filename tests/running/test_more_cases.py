@@ -4,6 +4,7 @@ refused as the first ones are, until ``more`` gives None (a fuzz campaign's roun
 import pytest
 
 from harness.backends.torch_backend import TorchBackend
+from harness.fuzz.campaign import Collect
 from harness.planning.cases import load_suite
 from harness.running import resources
 from harness.running.runner import run_cases
@@ -16,14 +17,6 @@ class Refuses(TorchBackend):
 
     def unsupported_reason(self, case, device):
         return "refused here" if case.id == self.refused else super().unsupported_reason(case, device)
-
-
-class Rows:
-    def __init__(self):
-        self.rows = []
-
-    def write(self, row):
-        self.rows.append(row)
 
 
 def batches(cases, size):
@@ -43,7 +36,7 @@ def test_more_cases_run_in_the_same_workers_until_none(workers):
     backend = Refuses()
     backend.refused = cases[3].id
     first, more, asked = batches(cases, 2)
-    rows = Rows()
+    rows = Collect()
     with WorkerPool() as pool:
         run_cases(first, backend, "torch", "cpu", rows, progress=False, workers=workers, pool=pool,
                   memory=resources.available_bytes("cpu"), more=more)
